@@ -1,0 +1,63 @@
+"""``sluice bench NAME --json FILE``: every benchmark measures itself and its reference in one run.
+
+A benchmark is a module ``pipeline.bench.<name>`` with a function ``run(size: str, settings) -> dict``
+returning one JSON object whose top-level numeric keys include the headline figures named in
+BENCHMARKS.md. This command writes that object to ``--json`` and prints the top-level numbers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import platform
+import time
+from pathlib import Path
+
+import typer
+
+from pipeline.errors import UnknownChoiceError
+
+BENCHMARKS = ("ingest", "read", "transcode", "plan", "stagger", "manifest", "warehouse", "e2e")
+
+
+def command(
+    name: str = typer.Argument(..., help=f"One of: {', '.join(BENCHMARKS)}"),
+    json_path: Path = typer.Option(None, "--json", help="Write the results object here."),
+    size: str = typer.Option("default", "--size", help="Scale: 'default' (minutes on 2 cores) or bench-specific."),
+) -> None:
+    """Run a benchmark against its reference in the same run and write the results as JSON."""
+    if name not in BENCHMARKS:
+        raise UnknownChoiceError("benchmark", name, BENCHMARKS)
+    from rich.console import Console
+    from rich.table import Table
+
+    from pipeline.settings import load_settings
+
+    try:
+        module = importlib.import_module(f"pipeline.bench.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"pipeline.bench.{name}":
+            raise typer.BadParameter(f"benchmark {name!r} is not implemented yet") from None
+        raise
+    started = time.time()
+    results = module.run(size=size, settings=load_settings())
+    results.setdefault("bench", name)
+    results.setdefault("size", size)
+    results.setdefault("machine", {"python": platform.python_version(), "cpus": _cpus(), "node": platform.node()})
+    results.setdefault("wall_s", round(time.time() - started, 3))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
+    table = Table(title=f"sluice bench {name}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in results.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))

@@ -1,0 +1,91 @@
+"""``sluice db up | down | status | url | migrate | downgrade``: the system-of-record database."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+
+from pipeline.settings import load_settings
+
+app = typer.Typer(no_args_is_help=True, help="Start, stop and migrate the catalog database.")
+console = Console()
+
+
+def _external_url() -> str | None:
+    return load_settings().database_url
+
+
+@app.command()
+def up() -> None:
+    """Start the local cluster under SLUICE_HOME (nothing is started when SLUICE_DATABASE_URL is set)."""
+    from pipeline.pgserver import local_cluster
+
+    if _external_url():
+        console.print("SLUICE_DATABASE_URL is set: using that server, nothing started.")
+        return
+    cluster = local_cluster(load_settings())
+    cluster.up()
+    status = cluster.status()
+    console.print(f"postgres running on 127.0.0.1:{status.port} (data in {status.data_dir})")
+
+
+@app.command()
+def down(destroy: bool = typer.Option(False, help="Also delete the cluster's files.")) -> None:
+    """Stop the local cluster."""
+    from pipeline.pgserver import local_cluster
+
+    cluster = local_cluster(load_settings())
+    if destroy:
+        cluster.destroy()
+        console.print("postgres stopped and its files deleted")
+    else:
+        cluster.down()
+        console.print("postgres stopped")
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Say whether the local cluster runs, and where."""
+    from pipeline.pgserver import local_cluster
+
+    info = local_cluster(load_settings()).status().as_dict()
+    info.pop("url", None)  # carries the password; `sluice db url` prints it on purpose
+    info["external_url_set"] = bool(_external_url())
+    if as_json:
+        print(json.dumps(info))
+    else:
+        for key, value in info.items():
+            console.print(f"{key}: {value}")
+    if not info["running"] and not info["external_url_set"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def url() -> None:
+    """Print the catalog's SQLAlchemy URL (with its password)."""
+    from pipeline.pgserver import database_url
+
+    print(database_url(load_settings()))
+
+
+@app.command()
+def migrate(revision: str = typer.Argument("head", help="Target revision.")) -> None:
+    """Upgrade the catalog schema (and create the writer and curation roles)."""
+    from pipeline.catalog.migrate import upgrade
+    from pipeline.pgserver import database_url
+
+    target = database_url(load_settings())
+    upgrade(target, revision)
+    console.print(f"catalog migrated to {revision}")
+
+
+@app.command()
+def downgrade(revision: str = typer.Argument(..., help="Target revision, e.g. base or -1.")) -> None:
+    """Downgrade the catalog schema."""
+    from pipeline.catalog.migrate import downgrade as do_downgrade
+    from pipeline.pgserver import database_url
+
+    do_downgrade(database_url(load_settings()), revision)
+    console.print(f"catalog downgraded to {revision}")

@@ -1,0 +1,295 @@
+"""A throwaway PostgreSQL cluster that Sluice starts and stops itself.
+
+Used by ``sluice db up`` on one machine, by ``make demo`` and by the test suite (a session fixture), so that
+every one of them talks to a real Postgres without anyone installing a service by hand. The cluster lives in
+one folder (``$SLUICE_HOME/pg`` by default) and listens on 127.0.0.1 only, on a free port chosen at start.
+
+``initdb`` and ``pg_ctl`` refuse to run as root; when the caller is root (CI is), they run as the
+``postgres`` system user, who then owns the cluster folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import DatabaseError, PostgresNotInstalledError
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Where Debian's and Ubuntu's ``postgresql-NN`` packages put the server binaries (not on PATH there).
+DEBIAN_BIN_GLOB = "/usr/lib/postgresql/*/bin"
+SUPERUSER = "sluice"
+DATABASE = "sluice"
+#: The system user that runs the server when the caller is root.
+RUN_AS_WHEN_ROOT = "postgres"
+#: 16 concurrent test writers, Airflow's pool, Ray workers and the CLI all connect at once.
+MAX_CONNECTIONS = 300
+START_TIMEOUT_S = 60
+
+
+def find_pg_bin() -> Path:
+    """The folder holding ``initdb`` and ``pg_ctl``: PATH first, then the newest Debian/Ubuntu install."""
+    on_path = shutil.which("pg_ctl")
+    if on_path and shutil.which("initdb"):
+        return Path(on_path).resolve().parent
+    candidates = sorted(
+        Path("/").glob(DEBIAN_BIN_GLOB.lstrip("/")),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
+    for folder in reversed(candidates):
+        if (folder / "initdb").exists() and (folder / "pg_ctl").exists():
+            return folder
+    raise PostgresNotInstalledError(["PATH", DEBIAN_BIN_GLOB])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    running: bool
+    pid: int | None
+    port: int | None
+    data_dir: Path
+    url: str | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "running": self.running,
+            "pid": self.pid,
+            "port": self.port,
+            "data_dir": str(self.data_dir),
+            "url": self.url,
+        }
+
+
+class LocalPostgres:
+    """One throwaway cluster in ``root``: ``data/`` (the cluster), ``server.log``, ``password``, ``port``.
+
+    ``fast=True`` turns off fsync and synchronous commit: for test clusters that are thrown away after the
+    run, where durability across an OS crash buys nothing and costs seconds.
+    """
+
+    def __init__(self, root: Path, *, fast: bool = False) -> None:
+        self.root = root.expanduser().absolute()
+        self.fast = fast
+        self.data_dir = self.root / "data"
+        self.log_file = self.root / "server.log"
+        self._password_file = self.root / "password"
+        self._port_file = self.root / "port"
+
+    # -- public API ---------------------------------------------------------------------------------------
+
+    def up(self) -> str:
+        """Initialise (once) and start the cluster; return the superuser URL. Idempotent."""
+        if not (self.data_dir / "PG_VERSION").exists():
+            self._initdb()
+        status = self.status()
+        if status.running and status.url:
+            return status.url
+        port = free_port()
+        options = [
+            f"-p {port}",
+            "-c listen_addresses=127.0.0.1",
+            "-c unix_socket_directories=''",
+            f"-c max_connections={MAX_CONNECTIONS}",
+        ]
+        if self.fast:
+            options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+        self._run_pg(
+            "pg_ctl",
+            ["-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", str(START_TIMEOUT_S),
+             "-o", " ".join(options), "start"],
+        )
+        self._port_file.write_text(str(port))
+        self._ensure_database(port)
+        log.info("postgres up on 127.0.0.1:%d (%s)", port, self.data_dir)
+        return self._url(port)
+
+    def down(self) -> None:
+        """Stop the cluster if it runs (fast shutdown: open sessions are rolled back)."""
+        if self.status().running:
+            self._run_pg("pg_ctl", ["-D", str(self.data_dir), "-m", "fast", "-w", "stop"])
+        with contextlib.suppress(FileNotFoundError):
+            self._port_file.unlink()
+
+    def destroy(self) -> None:
+        """Stop and delete the whole cluster folder."""
+        self.down()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def status(self) -> ServerStatus:
+        if not (self.data_dir / "PG_VERSION").exists():
+            return ServerStatus(False, None, None, self.data_dir, None)
+        pid_file = self.data_dir / "postmaster.pid"
+        pid = self._live_pid(pid_file)
+        if pid is None:
+            return ServerStatus(False, None, None, self.data_dir, None)
+        port = int(self._port_file.read_text()) if self._port_file.exists() else None
+        return ServerStatus(True, pid, port, self.data_dir, self._url(port) if port else None)
+
+    def url(self) -> str:
+        """The superuser URL of the running cluster; raises if it does not run."""
+        status = self.status()
+        if not status.url:
+            raise DatabaseError(f"local postgres in {self.root} is not running; start it with `sluice db up`")
+        return status.url
+
+    def create_database(self, name: str) -> str:
+        """Create an empty database ``name`` (if absent) and return its URL."""
+        port = self.status().port
+        if port is None:
+            raise DatabaseError(f"local postgres in {self.root} is not running")
+        self._create_db(port, name)
+        return self._url(port, name)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[str]:
+        """Start for the duration of a ``with`` block, then stop."""
+        url = self.up()
+        try:
+            yield url
+        finally:
+            self.down()
+
+    # -- internals ----------------------------------------------------------------------------------------
+
+    @property
+    def _run_as(self) -> str | None:
+        return RUN_AS_WHEN_ROOT if os.geteuid() == 0 else None
+
+    def _initdb(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not self._password_file.exists():
+            self._password_file.write_text(secrets.token_urlsafe(24))
+            self._password_file.chmod(0o600)
+        user = self._run_as
+        # initdb reads the password from a file that the server user must be able to read; it is a copy
+        # that lives only while initdb runs.
+        pw_copy = self.root / ".initdb-pw"
+        pw_copy.write_text(self._password_file.read_text())
+        if user:
+            self._check_reachable_by(user)
+            ids = pwd.getpwnam(user)
+            self.data_dir.mkdir(mode=0o700, exist_ok=True)
+            os.chown(self.data_dir, ids.pw_uid, ids.pw_gid)
+            os.chown(pw_copy, ids.pw_uid, ids.pw_gid)
+            # The server writes its log next to the data folder.
+            self.log_file.touch()
+            os.chown(self.log_file, ids.pw_uid, ids.pw_gid)
+        pw_copy.chmod(0o600)
+        try:
+            self._run_pg(
+                "initdb",
+                ["-D", str(self.data_dir), "-U", SUPERUSER, f"--pwfile={pw_copy}", "--auth=scram-sha-256",
+                 "--data-checksums", "--encoding=UTF8", "--no-locale", "--no-instructions"],
+            )
+        finally:
+            pw_copy.unlink(missing_ok=True)
+
+    def _check_reachable_by(self, user: str) -> None:
+        """The server user must be able to walk down to the cluster folder."""
+        probe = subprocess.run(
+            ["runuser", "-u", user, "--", "test", "-x", str(self.root)], capture_output=True, check=False
+        )
+        if probe.returncode != 0:
+            raise DatabaseError(
+                f"the {user!r} user cannot reach {self.root} (a parent folder is not searchable by others); "
+                "choose a SLUICE_HOME under a world-searchable folder"
+            )
+
+    def _run_pg(self, tool: str, args: Sequence[str]) -> None:
+        cmd = [str(find_pg_bin() / tool), *args]
+        if self._run_as:
+            try:
+                pwd.getpwnam(self._run_as)
+            except KeyError:
+                raise DatabaseError(
+                    f"running as root but there is no {self._run_as!r} user to run {tool} as; "
+                    "install postgresql (it creates the user) or run as a normal user"
+                ) from None
+            cmd = ["runuser", "-u", self._run_as, "--", *cmd]
+        # cwd: runuser keeps the caller's cwd, which the postgres user may not be able to read.
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd="/")
+        if proc.returncode != 0:
+            tail = ""
+            if self.log_file.exists():
+                with contextlib.suppress(OSError):
+                    tail = "\n".join(self.log_file.read_text(errors="replace").splitlines()[-15:])
+            raise DatabaseError(
+                f"{tool} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"
+                + (f"\nserver log tail:\n{tail}" if tail else "")
+            )
+
+    @staticmethod
+    def _live_pid(pid_file: Path) -> int | None:
+        try:
+            pid = int(pid_file.read_text().splitlines()[0])
+        except (FileNotFoundError, IndexError, ValueError, PermissionError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return pid
+        return pid
+
+    def _url(self, port: int, database: str = DATABASE) -> str:
+        password = self._password_file.read_text().strip()
+        return f"postgresql+psycopg2://{SUPERUSER}:{password}@127.0.0.1:{port}/{database}"
+
+    def _ensure_database(self, port: int) -> None:
+        self._create_db(port, DATABASE)
+
+    def _create_db(self, port: int, name: str) -> None:
+        import psycopg2
+        from psycopg2 import sql
+
+        password = self._password_file.read_text().strip()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                conn = psycopg2.connect(
+                    host="127.0.0.1", port=port, user=SUPERUSER, password=password, dbname="postgres"
+                )
+                break
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+                if cur.fetchone() is None:
+                    cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        finally:
+            conn.close()
+
+
+def local_cluster(settings: Settings) -> LocalPostgres:
+    """The cluster Sluice manages under its home folder."""
+    return LocalPostgres(settings.home_abs / "pg")
+
+
+def database_url(settings: Settings) -> str:
+    """The catalog URL: ``SLUICE_DATABASE_URL`` when set, else the running local cluster under home."""
+    if settings.database_url:
+        return settings.database_url
+    return local_cluster(settings).url()

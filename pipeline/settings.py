@@ -1,0 +1,47 @@
+"""The one place that reads the ``SLUICE_*`` environment.
+
+:func:`load_settings` is called once by an entry point (the CLI, a DAG task, a test fixture) and the
+resulting :class:`Settings` is passed down. Library code never reads the environment itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Where Sluice keeps its state and which services it talks to."""
+
+    model_config = SettingsConfigDict(env_prefix="SLUICE_", frozen=True, extra="forbid")
+
+    home: Path = Field(default=Path(".sluice"), description="State folder: local Postgres, store, warehouse.")
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of an existing Postgres; when unset Sluice starts its own under home.",
+    )
+    store_url: str | None = Field(
+        default=None, description="fsspec URL of the store (raw/, derived/, shards/, manifests/)."
+    )
+    ray_address: str | None = Field(default=None, description="Ray cluster address; unset = a local Ray.")
+    vendors_dir: Path = Field(default=Path("dags/vendors"), description="Folder of vendor YAML files.")
+
+    @property
+    def home_abs(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def store(self) -> str:
+        """The store URL, defaulting to a local folder under home."""
+        return self.store_url or str(self.home_abs / "store")
+
+    @property
+    def warehouse_path(self) -> Path:
+        return self.home_abs / "warehouse.duckdb"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment once; keyword overrides win (used by tests and the CLI's options)."""
+    return Settings(**overrides)  # type: ignore[arg-type]

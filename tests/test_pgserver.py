@@ -1,0 +1,75 @@
+"""The Postgres the project starts itself: real initdb/pg_ctl, as the postgres user when run as root."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.pgserver import LocalPostgres, database_url
+from pipeline.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+def test_session_cluster_is_real_and_hardened(pg_server: LocalPostgres) -> None:
+    engine = sa.create_engine(pg_server.url())
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SHOW data_checksums")).scalar() == "on"
+        assert conn.execute(sa.text("SHOW listen_addresses")).scalar() == "127.0.0.1"
+        assert conn.execute(sa.text("SHOW unix_socket_directories")).scalar() == ""
+        assert conn.execute(sa.text("SELECT current_user")).scalar() == "sluice"
+    engine.dispose()
+
+
+def test_wrong_password_is_refused(pg_server: LocalPostgres) -> None:
+    url = sa.make_url(pg_server.url()).set(password="not-the-password")
+    engine = sa.create_engine(url)
+    with pytest.raises(sa.exc.OperationalError, match="password authentication failed"):
+        engine.connect().close()
+    engine.dispose()
+
+
+def test_lifecycle_up_is_idempotent_and_down_stops() -> None:
+    base = Path(tempfile.mkdtemp(prefix="sluice-pg-life-"))
+    base.chmod(0o755)
+    cluster = LocalPostgres(base / "pg", fast=True)
+    try:
+        assert not cluster.status().running
+        url = cluster.up()
+        assert cluster.up() == url  # second up finds the running server
+        status = cluster.status()
+        assert status.running and status.pid and status.port
+        if os.geteuid() == 0:
+            # initdb refuses root: the cluster must belong to the postgres user
+            assert (base / "pg" / "data").stat().st_uid != 0
+        cluster.down()
+        assert not cluster.status().running
+        engine = sa.create_engine(url, connect_args={"connect_timeout": 2})
+        with pytest.raises(sa.exc.OperationalError):
+            engine.connect().close()
+        # restart keeps the data and the password
+        cluster.up()
+        assert cluster.status().running
+    finally:
+        cluster.destroy()
+        shutil.rmtree(base, ignore_errors=True)
+    assert not (base / "pg").exists()
+
+
+def test_external_database_url_starts_nothing(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", database_url="postgresql+psycopg2://u:p@db.example:5432/x")
+    assert database_url(settings) == "postgresql+psycopg2://u:p@db.example:5432/x"
+    assert not (tmp_path / "home").exists()
+
+
+def test_url_of_a_stopped_cluster_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["db", "url"], env={"SLUICE_HOME": str(tmp_path / "h")})
+    assert result.exit_code != 0
+    assert "sluice db up" in str(result.exception)
