@@ -1,0 +1,177 @@
+"""Find a vendor's ready files through fsspec, never leaving the vendor root.
+
+A file is a candidate when it matches the vendor's include globs and none of its exclude globs, lies inside
+the vendor root once symlinks are resolved, and is finished: either the vendor's ready marker is present in
+its folder, or its size and mtime did not change between two looks ``settle_s`` apart. Everything else is
+reported with the reason it was passed over, so that nothing is dropped silently.
+
+Globs follow gitignore's convention: a pattern without ``/`` matches the file name at any depth; a pattern
+with ``/`` matches the path relative to the root, where ``**`` spans folders.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import PurePosixPath
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A finished file ready to land."""
+
+    path: str  # relative to the vendor root, POSIX separators
+    full_path: str  # as the filesystem names it
+    size_bytes: int
+    mtime: float | None
+
+
+@dataclass(frozen=True)
+class PassedOver:
+    path: str
+    why: str  # "outside_root", "not_ready", "excluded_symlink", "unreadable"
+    detail: str
+
+
+@dataclass
+class Discovery:
+    candidates: list[Candidate] = field(default_factory=list)
+    passed_over: list[PassedOver] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(c.size_bytes for c in self.candidates)
+
+
+@lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    anchored = "/" in pattern.strip("/")
+    pat = pattern.strip("/")
+    out = []
+    i = 0
+    while i < len(pat):
+        ch = pat[i]
+        if pat.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pat.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif ch == "*":
+            out.append("[^/]*")
+            i += 1
+        elif ch == "?":
+            out.append("[^/]")
+            i += 1
+        elif ch == "[":
+            end = pat.find("]", i + 1)
+            if end == -1:
+                out.append(re.escape(ch))
+                i += 1
+            else:
+                body = pat[i + 1 : end]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = end + 1
+        else:
+            out.append(re.escape(ch))
+            i += 1
+    body = "".join(out)
+    return re.compile(f"{body}\\Z" if anchored else f"(?:.*/)?{body}\\Z", re.DOTALL)
+
+
+def glob_match(relative_path: str, pattern: str) -> bool:
+    """Whether a root-relative POSIX path matches a gitignore-style glob."""
+    return _glob_regex(pattern).match(relative_path) is not None
+
+
+def selected(relative_path: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    if include and not any(glob_match(relative_path, p) for p in include):
+        return False
+    return not any(glob_match(relative_path, p) for p in exclude)
+
+
+def discover(
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    *,
+    include: Sequence[str] = ("*",),
+    exclude: Sequence[str] = (),
+    ready_marker: str | None = None,
+    settle_s: float = 2.0,
+) -> Discovery:
+    """List the finished files under ``root`` that the vendor's globs select.
+
+    ``ready_marker`` names a file (e.g. ``_READY``) whose presence in a folder marks every file in it as
+    finished; without it, files must keep their size and mtime across two listings ``settle_s`` apart.
+    """
+    root = root.rstrip("/")
+    local = isinstance(fs, LocalFileSystem)
+    real_root = os.path.realpath(root) if local else root
+    result = Discovery()
+    first = _listing(fs, root)
+    markers = {p.rsplit("/", 1)[0] for p in first if ready_marker and p.rsplit("/", 1)[-1] == ready_marker}
+    second = first
+    needs_second_look = any(_folder(p) not in markers for p in first)
+    if needs_second_look and settle_s > 0:
+        time.sleep(settle_s)
+        second = _listing(fs, root)
+    for full_path in sorted(first):
+        rel = _relative(full_path, root)
+        name = rel.rsplit("/", 1)[-1]
+        if ready_marker and name == ready_marker:
+            continue
+        if not selected(rel, include, exclude):
+            continue
+        info = first[full_path]
+        if local:
+            real = os.path.realpath(full_path)
+            if os.path.commonpath([real, real_root]) != real_root:
+                result.passed_over.append(
+                    PassedOver(rel, "outside_root", f"resolves to {real}, outside the vendor root {real_root}")
+                )
+                continue
+            if not os.path.isfile(real):
+                result.passed_over.append(PassedOver(rel, "unreadable", "not a regular file"))
+                continue
+        if _folder(full_path) not in markers:
+            later = second.get(full_path)
+            if later is None or (later["size"], later.get("mtime")) != (info["size"], info.get("mtime")):
+                result.passed_over.append(
+                    PassedOver(rel, "not_ready", f"still changing after {settle_s:g} s (size/mtime moved)")
+                )
+                continue
+        result.candidates.append(Candidate(rel, full_path, int(info["size"]), info.get("mtime")))
+    log.info("discovered %d candidates (%d passed over) under %s", len(result.candidates),
+             len(result.passed_over), root)
+    return result
+
+
+def _listing(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, dict[str, object]]:
+    found = fs.find(root, withdirs=False, detail=True)
+    listing: dict[str, dict[str, object]] = {}
+    for path, info in found.items():
+        mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+        if hasattr(mtime, "timestamp"):
+            mtime = mtime.timestamp()
+        listing[path] = {"size": int(info.get("size") or 0), "mtime": mtime}
+    return listing
+
+
+def _folder(path: str) -> str:
+    return path.rsplit("/", 1)[0]
+
+
+def _relative(full_path: str, root: str) -> str:
+    return str(PurePosixPath(full_path).relative_to(PurePosixPath(root)))
