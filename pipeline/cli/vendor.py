@@ -1,0 +1,138 @@
+"""``sluice vendor``: validate, show and describe vendor configuration files.
+
+``validate`` exits 1 if any file is invalid (printing every problem with its key path), ``show`` prints the
+resolved config (defaults filled in) as JSON, ``hash`` the config hash and per-step hashes, and ``schema``
+the JSON schema of a vendor file (used by the docs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from pipeline.config import VendorConfig
+
+app = typer.Typer(no_args_is_help=True, help="Vendor configuration files: validate, show, hash, schema.")
+
+BaseDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--base-dir", help="Project root that relative source paths resolve against (default: cwd)."
+    ),
+]
+VendorFile = Annotated[Path, typer.Argument(help="A vendor YAML file.")]
+
+
+def _expand(paths: list[Path]) -> list[Path]:
+    from pipeline.config.loader import VENDOR_SUFFIXES
+
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(
+                p for p in path.iterdir() if p.suffix in VENDOR_SUFFIXES and not p.name.startswith(".")
+            )
+        else:
+            files.append(path)
+    return files
+
+
+@app.command()
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Vendor YAML files, or folders of them.")],
+    base_dir: BaseDir = None,
+) -> None:
+    """Validate vendor files: every problem with its key path; exit 1 if any file is invalid."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from pipeline.config import config_hash, load_vendor
+    from pipeline.errors import ConfigError
+
+    console = Console(soft_wrap=True, highlight=False)
+    targets = _expand(files)
+    if not targets:
+        console.print(Text("no vendor files found", style="yellow"))
+        raise typer.Exit(1)
+    bad = 0
+    for path in targets:
+        try:
+            vendor = load_vendor(path, base_dir=base_dir)
+        except ConfigError as exc:
+            bad += 1
+            console.print(
+                Text.assemble(("invalid ", "bold red"), str(path), f": {len(exc.problems)} problem(s)")
+            )
+            for key_path, message in exc.problems:
+                console.print(Text.assemble("  ", (key_path or "<root>", "cyan"), "  ", message))
+            continue
+        console.print(
+            Text.assemble(
+                ("ok ", "bold green"),
+                (vendor.name, "bold"),
+                f" ({vendor.kind.value}) {path}  config sha256 ",
+                (config_hash(vendor), "dim"),
+            )
+        )
+    if bad:
+        console.print(Text(f"{bad} of {len(targets)} vendor file(s) invalid", style="bold red"))
+        raise typer.Exit(1)
+
+
+def _load_or_exit(file: Path, base_dir: Path | None) -> VendorConfig:
+    from rich.console import Console
+    from rich.text import Text
+
+    from pipeline.config import load_vendor
+    from pipeline.errors import ConfigError
+
+    try:
+        return load_vendor(file, base_dir=base_dir)
+    except ConfigError as exc:
+        console = Console(stderr=True, soft_wrap=True, highlight=False)
+        console.print(Text.assemble(("invalid ", "bold red"), str(file)))
+        for key_path, message in exc.problems:
+            console.print(Text.assemble("  ", (key_path or "<root>", "cyan"), "  ", message))
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def show(
+    file: VendorFile,
+    base_dir: BaseDir = None,
+) -> None:
+    """Print the resolved config (every default filled in) as JSON."""
+    vendor = _load_or_exit(file, base_dir)
+    typer.echo(json.dumps(vendor.model_dump(mode="json"), indent=2, ensure_ascii=False))
+
+
+@app.command("hash")
+def hash_(
+    file: VendorFile,
+    base_dir: BaseDir = None,
+) -> None:
+    """Print the config hash and each step's config hash (what outputs store) as JSON."""
+    from pipeline.config import STEP_READS, config_hash, step_config_hashes
+
+    vendor = _load_or_exit(file, base_dir)
+    result = {
+        "vendor": vendor.name,
+        "config_hash": config_hash(vendor),
+        "steps": {
+            step.value: {"config_hash": digest, "reads": list(STEP_READS[step])}
+            for step, digest in step_config_hashes(vendor).items()
+        },
+    }
+    typer.echo(json.dumps(result, indent=2))
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON schema of a vendor file."""
+    from pipeline.config import VendorConfig
+
+    typer.echo(json.dumps(VendorConfig.model_json_schema(), indent=2, ensure_ascii=False))

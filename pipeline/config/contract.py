@@ -1,0 +1,385 @@
+"""What a vendor delivers and how its inputs are judged: source, topic or video contract, timestamps,
+calibration, ingest limits and quality thresholds.
+
+These sections are read by discovery, ingest and the two quality gates. Every number has a unit in its name
+and a comment saying why the default is what it is.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+import fsspec
+from pydantic import ByteSize, Field, JsonValue, field_validator, model_validator
+
+from pipeline.config.types import (
+    FileName,
+    FrozenModel,
+    Glob,
+    Lax,
+    Loc,
+    PositiveBytes,
+    Slug,
+    SortedSet,
+    VendorPath,
+    format_loc,
+    raise_problems,
+)
+
+#: Message encodings of the MCAP well-known registry (what a real robot log can carry).
+MessageEncoding = Literal["ros1", "cdr", "protobuf", "flatbuffer", "cbor", "msgpack", "json"]
+#: Schema encodings of the MCAP well-known registry; ``none`` is MCAP's empty string (self-describing data).
+SchemaEncoding = Literal[
+    "none", "protobuf", "flatbuffer", "ros1msg", "ros2msg", "ros2idl", "omgidl", "jsonschema"
+]
+#: Chunk compressions; ``none`` is MCAP's empty string.
+Compression = Literal["none", "lz4", "zstd"]
+#: Camera payload formats inside ``foxglove.CompressedVideo``.
+VideoFormat = Literal["h264", "h265", "vp9", "av1"]
+#: Containers a video vendor may deliver (FFmpeg's demuxer for mp4/mov is the same: ``mov,mp4,m4a,...``).
+Container = Literal["mp4", "mov", "mkv", "webm", "avi", "mpegts"]
+#: Video codecs a video vendor may deliver (FFmpeg codec names).
+VideoCodec = Literal["h264", "hevc", "vp9", "av1", "mpeg4", "mjpeg"]
+
+
+class StampSource(StrEnum):
+    """Which clock is the truth for an episode's timeline."""
+
+    HARDWARE = "hardware"  # the capture stamp inside the payload (``stamp_field``)
+    LOG_TIME = "log_time"  # MCAP log_time (recorder clock, includes transport delay)
+    PUBLISH_TIME = "publish_time"  # MCAP publish_time
+    CONTAINER = "container"  # presentation timestamps of a video container
+
+
+class SourceConfig(FrozenModel):
+    """Where a vendor's drop lives and which files in it are inputs."""
+
+    url: str = Field(
+        min_length=1,
+        description=(
+            "fsspec URL (s3://bucket/prefix, file:///abs/dir) or a local path. A relative local path is "
+            "resolved against the project root: the working directory of the sluice process (like "
+            "SLUICE_HOME), "
+            "or the base_dir the caller passes."
+        ),
+    )
+    storage_options: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="fsspec filesystem keyword arguments. Keep secrets out: pass them via the environment.",
+    )
+    include: Annotated[tuple[Glob, ...], SortedSet, Lax] = Field(
+        default=(), description="Input globs, relative to the source root; the default depends on kind."
+    )
+    exclude: Annotated[tuple[Glob, ...], SortedSet, Lax] = Field(
+        # Hidden files and the usual partial-upload suffixes are never inputs.
+        default=("**/*.part", "**/*.tmp", "**/.*"),
+        description="Globs of files to skip even if included.",
+    )
+    ready_marker: FileName | None = Field(
+        default=None,
+        description="If set, a folder's files are inputs only once this file (e.g. _READY) is beside them.",
+    )
+    settle_s: float = Field(
+        # Two looks this far apart must see the same size and mtime: long enough to catch a slow upload
+        # between polls, short enough that discovery does not stall a run.
+        default=10.0,
+        ge=0,
+        description="A file is complete when size and mtime are unchanged over this interval.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _known_protocol(cls, url: str) -> str:
+        if "::" in url:
+            raise ValueError(f"chained fsspec URL {url!r} is not supported: give one protocol")
+        protocol, _ = fsspec.core.split_protocol(url)
+        if protocol is not None and protocol not in fsspec.available_protocols():
+            known = ", ".join(sorted(fsspec.available_protocols()))
+            raise ValueError(f"unknown fsspec protocol {protocol!r}; known: {known}")
+        return url
+
+    @property
+    def protocol(self) -> str:
+        """The fsspec protocol, ``file`` for a local path."""
+        protocol, _ = fsspec.core.split_protocol(self.url)
+        return "file" if protocol in (None, "local") else protocol
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol == "file"
+
+
+class TopicSpec(FrozenModel):
+    """One topic of the contract."""
+
+    topic: str = Field(min_length=1, description="MCAP topic name, e.g. /robot/joint_states.")
+    rate_hz: float = Field(
+        gt=0, le=100_000, description="Expected message rate; gap rate is measured against it."
+    )
+    required: bool = Field(default=True, description="A file without this topic is quarantined.")
+    message_encodings: Annotated[tuple[MessageEncoding, ...], SortedSet, Lax] = Field(
+        min_length=1, description="Message encodings allowed on this topic."
+    )
+    schema_names: Annotated[tuple[str, ...], SortedSet, Lax] = Field(
+        default=(), description="Schema names allowed on this topic; empty = any."
+    )
+    stamp_field: str | None = Field(
+        default=None,
+        description="Payload field with the hardware capture stamp (stamp_ns, timestamp); none = no stamp.",
+    )
+
+
+class CameraSpec(TopicSpec):
+    """A camera topic carrying compressed video frames (``foxglove.CompressedVideo``)."""
+
+    name: Slug = Field(description="Camera name (the frame_id), used for output topics and folders.")
+    formats: Annotated[tuple[VideoFormat, ...], SortedSet, Lax] = Field(
+        default=("h264",), min_length=1, description="Allowed CompressedVideo formats."
+    )
+
+
+class TopicContract(FrozenModel):
+    """Robot-log (``kind: mcap``) contract: which topics are cameras, state and actions.
+
+    An empty contract (``topics: {}``) lists no topic and so requires none: a container-only profile that
+    checks structure, compressions and encodings. With ``message_encodings: null`` any encoding passes.
+    """
+
+    cameras: Annotated[tuple[CameraSpec, ...], Lax] = Field(default=(), description="Camera topics.")
+    state: Annotated[tuple[TopicSpec, ...], Lax] = Field(
+        default=(), description="Proprioception topics (joint states...)."
+    )
+    actions: Annotated[tuple[TopicSpec, ...], Lax] = Field(default=(), description="Commanded-action topics.")
+    message_encodings: Annotated[tuple[MessageEncoding, ...], SortedSet, Lax] | None = Field(
+        default=("cbor", "cdr", "flatbuffer", "json", "msgpack", "protobuf", "ros1"),
+        min_length=1,
+        description="Encodings allowed on any channel, listed or not; others are quarantined. null = any.",
+    )
+    schema_encodings: Annotated[tuple[SchemaEncoding, ...], SortedSet, Lax] | None = Field(
+        default=("flatbuffer", "jsonschema", "none", "omgidl", "protobuf", "ros1msg", "ros2idl", "ros2msg"),
+        min_length=1,
+        description="Schema encodings allowed on any schema of a file. null = any.",
+    )
+    compressions: Annotated[tuple[Compression, ...], SortedSet, Lax] = Field(
+        default=("lz4", "none", "zstd"), min_length=1, description="Chunk compressions allowed."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TopicContract:
+        problems: list[tuple[Loc, str]] = []
+        seen: dict[str, Loc] = {}
+        for role in ("cameras", "state", "actions"):
+            specs: tuple[TopicSpec, ...] = getattr(self, role)
+            for index, spec in enumerate(specs):
+                here: Loc = (role, index, "topic")
+                if spec.topic in seen:
+                    problems.append(
+                        (here, f"topic {spec.topic!r} is already listed at {format_loc(seen[spec.topic])}")
+                    )
+                seen.setdefault(spec.topic, here)
+                allowed = self.message_encodings
+                extra = sorted(set(spec.message_encodings) - set(allowed)) if allowed is not None else []
+                if extra and allowed is not None:
+                    problems.append(
+                        (
+                            (role, index, "message_encodings"),
+                            f"{', '.join(extra)} not in the contract's message_encodings "
+                            f"({', '.join(allowed)})",
+                        )
+                    )
+        names = [camera.name for camera in self.cameras]
+        for index, name in enumerate(names):
+            if names.index(name) != index:
+                problems.append((("cameras", index, "name"), f"camera name {name!r} is used twice"))
+        raise_problems(problems)
+        return self
+
+    def all_topics(self) -> tuple[TopicSpec, ...]:
+        """Every topic of the contract, cameras first."""
+        return (*self.cameras, *self.state, *self.actions)
+
+
+class VideoContract(FrozenModel):
+    """Video-vendor (``kind: video``) contract."""
+
+    containers: Annotated[tuple[Container, ...], SortedSet, Lax] = Field(
+        default=("mov", "mp4"), min_length=1, description="Allowed containers."
+    )
+    codecs: Annotated[tuple[VideoCodec, ...], SortedSet, Lax] = Field(
+        default=("h264", "hevc"), min_length=1, description="Allowed video codecs."
+    )
+    # 320x240 is the smallest frame a policy input is still cut from; 7680x4320 (8K) bounds the decoder's
+    # frame buffers, so the probe refuses decompression bombs before decoding them.
+    min_width_px: int = Field(default=320, ge=1, description="Narrower videos are quarantined.")
+    min_height_px: int = Field(default=240, ge=1, description="Shorter videos are quarantined.")
+    max_width_px: int = Field(default=7680, ge=1, description="Wider videos are quarantined unprobed.")
+    max_height_px: int = Field(default=4320, ge=1, description="Taller videos are quarantined unprobed.")
+    min_fps: float = Field(default=5.0, gt=0, description="Below this the clip is not useful motion.")
+    max_fps: float = Field(default=240.0, gt=0, description="High-speed cameras above this are refused.")
+    sidecar_suffix: str | None = Field(
+        default=".json",
+        description="Per-clip JSON sidecar beside each clip (clip.mp4 → clip.json); none = no sidecars.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> VideoContract:
+        problems: list[tuple[Loc, str]] = []
+        if self.min_width_px > self.max_width_px:
+            problems.append((("min_width_px",), f"{self.min_width_px} > max_width_px {self.max_width_px}"))
+        if self.min_height_px > self.max_height_px:
+            problems.append(
+                (("min_height_px",), f"{self.min_height_px} > max_height_px {self.max_height_px}")
+            )
+        if self.min_fps > self.max_fps:
+            problems.append((("min_fps",), f"{self.min_fps} > max_fps {self.max_fps}"))
+        suffix = self.sidecar_suffix
+        if suffix is not None and (not suffix.startswith(".") or "/" in suffix or suffix in {".", ".."}):
+            problems.append((("sidecar_suffix",), f"{suffix!r} must be a file suffix such as '.json'"))
+        raise_problems(problems)
+        return self
+
+    @property
+    def max_pixels(self) -> int:
+        """Largest frame the probe accepts (width × height bounds)."""
+        return self.max_width_px * self.max_height_px
+
+
+class TimestampPolicy(FrozenModel):
+    """How much timing disorder an input may have before it is flagged or quarantined."""
+
+    truth: Annotated[StampSource, Lax] = Field(
+        default=StampSource.HARDWARE,
+        description=(
+            "The episode timeline's stamp: hardware, log_time, publish_time (mcap) or container (video)."
+        ),
+    )
+    # A recorder that pauses or an NTP step shows as a jump; 1 s is far above any expected message period
+    # (the slowest contract topic, 30 Hz cameras, has 33 ms) yet catches clock steps.
+    max_clock_jump_s: float = Field(
+        default=1.0, gt=0, description="Larger forward/backward jumps → clock_jump."
+    )
+    # The synthetic transport delay is a few ms; 50 ms of hardware-vs-log skew means a clock is off.
+    max_skew_s: float = Field(
+        default=0.05, ge=0, description="Largest hardware-stamp vs log-time difference."
+    )
+    max_backward_steps: int = Field(
+        default=0, ge=0, description="Backward log-time steps tolerated per topic."
+    )
+    max_duplicate_timestamps: int = Field(
+        default=0, ge=0, description="Repeated log times tolerated per topic."
+    )
+
+
+class CalibrationSource(FrozenModel):
+    """Where camera calibration comes from; both may be given, ``prefer`` breaks the tie."""
+
+    sidecar_path: VendorPath | None = Field(
+        default=None,
+        description="JSON file inside the vendor root with calibrations and their validity windows.",
+    )
+    topics: Annotated[tuple[str, ...], SortedSet, Lax] = Field(
+        default=(), description="Calibration topics inside each log (foxglove.CameraCalibration)."
+    )
+    prefer: Literal["sidecar", "topics"] = Field(
+        default="sidecar", description="Which source wins when both cover."
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.sidecar_path is not None or bool(self.topics)
+
+
+class IngestOptions(FrozenModel):
+    """Limits of landing and probing (ingest); they bound what a hostile file can make the probe do."""
+
+    # A 4K H.264 keyframe is a few MiB; a record claiming more than 64 MiB is corrupt or hostile.
+    max_record_bytes: PositiveBytes = Field(
+        default=ByteSize(64 * 2**20), description="Largest MCAP record read."
+    )
+    # Probing a one-hour 1080p clip takes well under a minute on one core; two minutes means a stuck decoder.
+    probe_timeout_s: float = Field(
+        default=120.0, gt=0, description="Wall-clock limit of a video probe subprocess."
+    )
+    # Decoding 8K frames with a few references fits in 2 GiB; more means a decompression bomb.
+    probe_memory_bytes: PositiveBytes = Field(
+        default=ByteSize(2 * 2**30), description="Address-space limit of a probe."
+    )
+    verify_after_copy: bool = Field(
+        default=True, description="Re-read and re-hash a landed object before publishing."
+    )
+
+
+class QualityPre(FrozenModel):
+    """Thresholds of the pre-gate (over probe results)."""
+
+    # 2 % missing frames is visible as stutter in a 30 Hz camera; fewer is transport noise.
+    max_gap_rate: float = Field(
+        default=0.02, ge=0, le=1, description="Largest fraction of expected messages missing."
+    )
+    # One second at 30 Hz: shorter episodes cannot give a training window.
+    min_frames: int = Field(
+        default=30, ge=1, description="Fewer decoded frames per camera/clip → too_few_frames."
+    )
+    min_duration_s: float = Field(default=1.0, ge=0, description="Shorter episodes/clips are quarantined.")
+    # Two hours: longer inputs are almost always a recorder left running.
+    max_duration_s: float = Field(default=7200.0, gt=0, description="Longer episodes/clips are quarantined.")
+    # Mean luma ≤ 16 is video black (BT.601 limited range); a stddev ≤ 4 rules out dark but textured scenes.
+    blank_mean_luma_max: float = Field(
+        default=16.0, ge=0, le=255, description="A frame this dark may be blank."
+    )
+    blank_luma_stddev_max: float = Field(default=4.0, ge=0, le=255, description="…and this flat is blank.")
+    max_blank_fraction: float = Field(
+        default=0.9, ge=0, le=1, description="More blank sampled frames → blank_video."
+    )
+    # Bars under 4 % of the height are overscan noise, not letterboxing.
+    letterbox_min_fraction: float = Field(default=0.04, ge=0, le=1, description="Black-bar fraction flagged.")
+    # Frame intervals varying by more than 10 % of the nominal period mean variable frame rate.
+    vfr_tolerance_fraction: float = Field(default=0.1, ge=0, description="Frame-interval jitter allowed.")
+
+
+class QualityPost(FrozenModel):
+    """Thresholds of the post-gate (over transcoded outputs)."""
+
+    # CRF 23 / QP 26 give 34-37 dB on grainy 720p (MEASURED.md); 30 dB fails only a broken encode.
+    min_psnr_db: float = Field(
+        default=30.0, ge=0, description="Lowest PSNR of sampled frames against the source."
+    )
+    psnr_sample_frames: int = Field(default=8, ge=1, description="Frames per camera compared for PSNR.")
+    frame_count_tolerance_frames: int = Field(default=0, ge=0, description="Frames the output may lack.")
+    # Two frames at 30 fps: container rounding, not lost content.
+    duration_tolerance_s: float = Field(
+        default=0.07, ge=0, description="Allowed output vs source duration gap."
+    )
+    max_resample_rmse: float = Field(
+        default=0.01, ge=0, description="RMS error of resampled state/actions, in each field's own units."
+    )
+
+
+class QualityThresholds(FrozenModel):
+    """Both gates' thresholds; the pre-gate and post-gate each hash only their own half."""
+
+    pre: QualityPre = Field(default_factory=QualityPre)
+    post: QualityPost = Field(default_factory=QualityPost)
+
+
+__all__ = [
+    "CalibrationSource",
+    "CameraSpec",
+    "Compression",
+    "Container",
+    "IngestOptions",
+    "MessageEncoding",
+    "QualityPost",
+    "QualityPre",
+    "QualityThresholds",
+    "SchemaEncoding",
+    "SourceConfig",
+    "StampSource",
+    "TimestampPolicy",
+    "TopicContract",
+    "TopicSpec",
+    "VideoCodec",
+    "VideoContract",
+    "VideoFormat",
+]

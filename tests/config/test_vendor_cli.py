@@ -1,0 +1,92 @@
+"""`sluice vendor validate | show | hash | schema`: exit codes and what they print."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli.vendor import app
+from pipeline.config import config_hash, load_vendor
+
+runner = CliRunner()
+
+
+def test_validate_good_files_exits_0_with_a_summary_and_the_hash(vendors_dir: Path) -> None:
+    files = [vendors_dir / "acme_robotics.yaml", vendors_dir / "northwind_video.yaml"]
+    result = runner.invoke(app, ["validate", *map(str, files)])
+    assert result.exit_code == 0, result.output
+    for file in files:
+        (line,) = [line for line in result.output.splitlines() if str(file) in line]
+        assert line.startswith("ok ") and config_hash(load_vendor(file)) in line
+
+
+def test_validate_a_folder(vendors_dir: Path) -> None:
+    result = runner.invoke(app, ["validate", str(vendors_dir)])
+    assert result.exit_code == 0, result.output
+    assert "acme_robotics (mcap)" in result.output and "northwind_video (video)" in result.output
+
+
+def test_validate_bad_file_exits_1_and_prints_every_problem_with_its_key_path(
+    write_vendor, tiny: str
+) -> None:
+    bad = write_vendor(tiny + "owner: NO\nsteps:\n  transcode:\n    resources: {cpu: 2}\n", name="tiny")
+    result = runner.invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 1
+    assert f"invalid {bad}: 2 problem(s)" in result.output
+    assert "  owner  line 10: ambiguous plain scalar 'NO'" in result.output
+    assert "  steps.transcode.resources.cpu  line 13: unknown key 'cpu'" in result.output
+
+
+def test_validate_mixed_files_exits_1_but_reports_the_good_one(
+    vendors_dir: Path, write_vendor, tiny: str
+) -> None:
+    bad = write_vendor(tiny + "kind: video\n")
+    result = runner.invoke(app, ["validate", str(vendors_dir / "acme_robotics.yaml"), str(bad)])
+    assert result.exit_code == 1
+    assert "ok acme_robotics" in result.output and "duplicate key 'kind'" in result.output
+    assert "1 of 2 vendor file(s) invalid" in result.output
+
+
+def test_validate_missing_file_exits_1(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", str(tmp_path / "absent.yaml")])
+    assert result.exit_code == 1 and "cannot read the file" in result.output
+
+
+def test_show_prints_the_resolved_config_with_defaults(vendors_dir: Path) -> None:
+    file = vendors_dir / "acme_robotics.yaml"
+    result = runner.invoke(app, ["show", str(file)])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown == load_vendor(file).model_dump(mode="json")
+    # Defaults the file never mentions are there.
+    assert shown["steps"]["quality_post"]["critical"] is True
+    assert shown["ingest"]["max_record_bytes"] == 64 * 2**20
+
+
+def test_show_bad_file_exits_1(write_vendor, tiny: str) -> None:
+    result = runner.invoke(app, ["show", str(write_vendor(tiny + "bogus: 1\n"))])
+    assert result.exit_code == 1 and "unknown key 'bogus'" in result.output
+
+
+def test_hash_prints_config_and_step_hashes(vendors_dir: Path) -> None:
+    result = runner.invoke(app, ["hash", str(vendors_dir / "northwind_video.yaml")])
+    assert result.exit_code == 0, result.output
+    hashes = json.loads(result.output)
+    assert hashes["config_hash"] == config_hash(load_vendor(vendors_dir / "northwind_video.yaml"))
+    assert set(hashes["steps"]) == {"ingest", "quality_pre", "transcode", "quality_post", "annotate", "shard"}
+
+
+def test_schema_describes_the_resolved_examples(vendors_dir: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    result = runner.invoke(app, ["schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.output)
+    assert schema["additionalProperties"] is False
+    assert {"name", "kind", "source", "steps"} <= set(schema["properties"])
+    for name in ("acme_robotics", "northwind_video"):
+        jsonschema.validate(load_vendor(vendors_dir / f"{name}.yaml").model_dump(mode="json"), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"name": "x", "kind": "mcap", "source": {"url": "d"}, "bogus": 1}, schema)
