@@ -1,0 +1,156 @@
+"""One synthetic vendor video clip: MP4 (H.264) with the frame index drawn into every frame.
+
+A clip has a few hard scene cuts (a new :class:`SceneGenerator` scene each), and can be written really
+interlaced (two fields sampled half a frame apart, coded as fields with top field first), all black, or
+with a 90-degree display rotation in the container. PyAV writes the display matrix itself
+(``VideoStream.set_display_rotation``), so no MP4 patching is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from pipeline.media.framecode import FrameCode
+from pipeline.synth.encode import X264_THREADS, H264Settings
+from pipeline.synth.scene import SceneGenerator, black_frame, yuv420p_buffer
+
+log = logging.getLogger(__name__)
+
+# FFmpeg's AVFieldOrder value for "top field coded and displayed first".
+AV_FIELD_TT = 2
+
+
+@dataclass(frozen=True)
+class ClipMedia:
+    """How the vendor's clips are encoded; the same for every clip of a drop."""
+
+    width: int = 320
+    height: int = 240
+    fps: Fraction = Fraction(30)
+    # A vendor's camera or phone: B-frames allowed, 2 s GOPs.
+    h264: H264Settings = field(
+        default_factory=lambda: H264Settings(preset="veryfast", gop_frames=60, bframes=2)
+    )
+
+
+@dataclass(frozen=True)
+class ClipSpec:
+    """What makes one clip different from another."""
+
+    clip_id: str
+    relpath: str
+    seconds: float
+    seed: int
+    scene_cuts: int
+    camera_id: int = 0
+
+
+@dataclass(frozen=True)
+class ClipTweaks:
+    """Content defects; the default is a clean clip."""
+
+    interlaced: bool = False
+    all_black: bool = False
+    rotation_deg: int = 0
+
+
+@dataclass(frozen=True)
+class ClipResult:
+    frames: int
+    scene_cut_frames: tuple[int, ...]
+    details: dict[str, object]
+
+
+def scene_cut_frames(spec: ClipSpec, frames: int) -> tuple[int, ...]:
+    """Frames where a new scene starts: at least a second apart and away from both ends when possible."""
+    if spec.scene_cuts <= 0 or frames < 4:
+        return ()
+    rng = np.random.default_rng([spec.seed, 0xC07])
+    candidates = np.arange(1, frames)
+    count = min(spec.scene_cuts, len(candidates))
+    # Spread cuts over equal slices of the clip so they never bunch up.
+    edges = np.linspace(1, frames, count + 1)
+    cuts = [int(rng.integers(int(edges[i]), max(int(edges[i]) + 1, int(edges[i + 1])))) for i in range(count)]
+    return tuple(sorted(set(cuts)))
+
+
+def write_clip(path: Path, spec: ClipSpec, media: ClipMedia, tweaks: ClipTweaks | None = None) -> ClipResult:
+    """Write one MP4 clip to ``path`` (via a temporary name)."""
+    tweaks = tweaks or ClipTweaks()
+    frames = max(1, math.floor(spec.seconds * media.fps))
+    cuts = scene_cut_frames(spec, frames)
+    settings = media.h264
+    if tweaks.interlaced:
+        settings = H264Settings(
+            preset=settings.preset,
+            crf=settings.crf,
+            gop_frames=settings.gop_frames,
+            bframes=settings.bframes,
+            interlaced=True,
+        )
+    tmp = path.with_name(path.name + ".part")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scene = SceneGenerator(media.width, media.height, seed=spec.seed)
+    buf = yuv420p_buffer(media.width, media.height)[0]
+    second = yuv420p_buffer(media.width, media.height)[0]
+    black = black_frame(media.width, media.height)
+    h, w = media.height, media.width
+    with av.open(str(tmp), "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=media.fps)
+        stream.width = w
+        stream.height = h
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.thread_count = X264_THREADS
+        stream.options = dict[str, object](settings.x264_options())
+        if tweaks.interlaced:
+            stream.codec_context.field_order = AV_FIELD_TT
+        if tweaks.rotation_deg:
+            stream.set_display_rotation(tweaks.rotation_deg)
+        scene_id = 0
+        for k in range(frames):
+            if k in cuts:
+                scene_id += 1
+            t_s = float(k / media.fps)
+            if tweaks.all_black:
+                yuv = black
+            else:
+                code = FrameCode(k, spec.camera_id)
+                yuv = scene.render(t_s, grain_index=k, scene_id=scene_id, code=code, out=buf)
+                if tweaks.interlaced:
+                    # The bottom field is sampled half a frame later: real interlaced motion (combing).
+                    half = float(1 / (2 * media.fps))
+                    late = scene.render(
+                        t_s + half, grain_index=k + 1, scene_id=scene_id, code=code, out=second
+                    )
+                    _weave_bottom_field(yuv, late, w, h)
+            frame = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
+            frame.pts = k
+            frame.time_base = 1 / media.fps
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    os.replace(tmp, path)
+    details: dict[str, object] = {"frames": frames, "scene_cut_frames": list(cuts)}
+    if tweaks.interlaced:
+        details["field_order"] = "tt"  # top field first
+    if tweaks.rotation_deg:
+        details["rotation_deg"] = tweaks.rotation_deg
+    log.debug("wrote %s: %d frames, cuts at %s", path, frames, cuts)
+    return ClipResult(frames=frames, scene_cut_frames=cuts, details=details)
+
+
+def _weave_bottom_field(top: np.ndarray, bottom: np.ndarray, width: int, height: int) -> None:
+    """Copy the odd lines (bottom field) of ``bottom`` into ``top``, luma and chroma, in place."""
+    luma = width * height
+    top_flat, bottom_flat = top.reshape(-1), bottom.reshape(-1)
+    top_flat[:luma].reshape(height, width)[1::2] = bottom_flat[:luma].reshape(height, width)[1::2]
+    for start, stop in ((luma, luma * 5 // 4), (luma * 5 // 4, luma * 3 // 2)):
+        t = top_flat[start:stop].reshape(height // 2, width // 2)
+        t[1::2] = bottom_flat[start:stop].reshape(height // 2, width // 2)[1::2]

@@ -1,0 +1,64 @@
+"""``sluice synth robot|video``: writes the drop and prints what it made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from pipeline.cli.synth import app
+from pipeline.errors import ConfigError, UnknownChoiceError
+from pipeline.synth.drop import SizeError, parse_size
+
+runner = CliRunner(env={"COLUMNS": "200"})  # wide enough that rich does not fold file names
+
+
+def test_robot_command(tmp_path: Path) -> None:
+    out = tmp_path / "drop"
+    args = ["robot", str(out), "--episodes", "1", "--seconds", "0.5", "--width", "64", "--height", "48"]
+    result = runner.invoke(app, [*args, "--defect", "zero_bytes", "--defect", "crc_flipped", "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "drop.json").read_text())
+    assert [f["defect"] for f in manifest["files"]] == [None, "zero_bytes", "crc_flipped"]
+    for f in manifest["files"]:
+        assert f["path"] in result.output
+    assert "crc_mismatch" in result.output and "3 files" in result.output
+
+
+def test_video_command(tmp_path: Path) -> None:
+    out = tmp_path / "drop"
+    args = [
+        "video",
+        str(out),
+        "--clips",
+        "1",
+        "--seconds",
+        "0.5",
+        "--width",
+        "64",
+        "--height",
+        "48",
+        "--jobs",
+        "1",
+    ]
+    result = runner.invoke(app, [*args, "--defect", "all_black", "--no-sidecars"])
+    assert result.exit_code == 0, result.output
+    assert "all_black" in result.output and "blank_video" in result.output
+    assert not list(out.glob("**/*.meta.json"))
+
+
+def test_bad_options_name_the_allowed_values(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["robot", str(tmp_path / "a"), "--defect", "bogus"])
+    assert isinstance(result.exception, UnknownChoiceError) and "truncated" in str(result.exception)
+    result = runner.invoke(app, ["video", str(tmp_path / "b"), "--width", "100"])
+    assert isinstance(result.exception, ConfigError) and "multiples of 8" in str(result.exception)
+    result = runner.invoke(app, ["robot", str(tmp_path / "c"), "--size", "lots"])
+    assert isinstance(result.exception, SizeError) and "GiB" in str(result.exception)
+
+
+def test_parse_size() -> None:
+    assert parse_size("2GB") == 2_000_000_000
+    assert parse_size("500MiB") == 500 * 2**20
+    assert parse_size("1.5kb") == 1500
+    assert parse_size("1048576") == 1048576
