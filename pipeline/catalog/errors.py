@@ -1,0 +1,40 @@
+"""Errors of the catalog layer (children of the tree in :mod:`pipeline.errors`)."""
+
+from __future__ import annotations
+
+from pipeline.errors import DatabaseError, SluiceError
+
+
+class CatalogValueError(SluiceError, ValueError):
+    """A value the catalog's schema refuses (raised before it reaches the database)."""
+
+    def __init__(self, what: str, value: object, allowed: str) -> None:
+        self.what = what
+        self.value = value
+        super().__init__(f"invalid {what} {value!r}; allowed: {allowed}")
+
+
+class CatalogConflictError(SluiceError):
+    """An idempotent write met a row with the same key but different write-once content.
+
+    Retrying cannot help: the same key (a vendor path, a sha256, an artifact URI, a frozen dataset version)
+    now names something else, and the catalog keeps what it recorded first.
+    """
+
+    def __init__(self, what: str, key: object, recorded: object, offered: object) -> None:
+        self.what = what
+        self.key = key
+        self.recorded = recorded
+        self.offered = offered
+        super().__init__(f"{what} {key!r} is recorded as {recorded!r}; refusing to change it to {offered!r}")
+
+
+class CatalogMissingError(SluiceError, LookupError):
+    """A row the caller named by id does not exist."""
+
+    def __init__(self, what: str, row_id: object) -> None:
+        super().__init__(f"no {what} with id {row_id!r} in the catalog")
+
+
+class RoleSetupError(DatabaseError):
+    """The catalog roles cannot be created or granted with the given admin connection."""

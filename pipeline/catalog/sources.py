@@ -1,0 +1,396 @@
+"""Catalog writers for what vendors deliver: vendors, blobs, source files, calibrations, episodes, streams.
+
+Every write is an idempotent upsert keyed on a unique constraint, so Airflow's and Ray's at-least-once
+retries never duplicate a row. Functions take an open :class:`~sqlalchemy.orm.Session` and never commit:
+the caller owns the transaction (see :func:`pipeline.catalog.engine.session_scope`).
+
+Write-once rows (blobs, a vendor path's blob, an episode's input) are inserted with ``ON CONFLICT DO
+NOTHING`` and then read back; if the recorded row differs from what is offered,
+:class:`~pipeline.catalog.errors.CatalogConflictError` is raised instead of overwriting it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from sqlalchemy import BigInteger, cast, func, literal, or_, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from pipeline.catalog import _values as v
+from pipeline.catalog.errors import CatalogConflictError, CatalogMissingError, CatalogValueError
+from pipeline.catalog.models import Blob, Calibration, Episode, SourceFile, Stream, Vendor, table_of
+from pipeline.enums import FileState, ReasonCode, SourceKind, StreamRole
+
+
+class SourceFileRef(NamedTuple):
+    id: int
+    created: bool
+
+
+class EpisodeRef(NamedTuple):
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """What ingest measured on one topic of one episode (log times in ns, skew = log time - stamp)."""
+
+    topic: str
+    role: StreamRole
+    message_count: int
+    encoding: str | None = None
+    schema_name: str | None = None
+    schema_hash: str | None = None
+    first_time_ns: int | None = None
+    last_time_ns: int | None = None
+    rate_hz: float | None = None
+    gap_rate: float | None = None
+    backward_steps: int = 0
+    duplicate_timestamps: int = 0
+    max_jump_ns: int | None = None
+    skew_median_ns: int | None = None
+    skew_p99_ns: int | None = None
+    skew_max_ns: int | None = None
+
+
+#: First key of the per-blob advisory locks (``pg_advisory_xact_lock(int4, int4)``); any fixed int4.
+BLOB_LOCK_NAMESPACE = 0x5B10B
+_INT4_MAX = 2**31 - 1
+
+#: Episode columns that later readers may fill in (NULL until known).
+EPISODE_METADATA = (
+    "robot_id",
+    "session_id",
+    "episode_key",
+    "task",
+    "start_time_ns",
+    "end_time_ns",
+    "calibration_id",
+)
+
+
+def upsert_vendor(
+    session: Session, *, name: str, kind: SourceKind | str, config_hash: str, config: Mapping[str, Any]
+) -> int:
+    """Record a vendor and its current config; returns the vendor id."""
+    values = {
+        "name": v.nonempty(name, "vendor name"),
+        "kind": v.member(SourceKind, kind, "source kind").value,
+        "config_hash": v.nonempty(config_hash, "config hash"),
+        "config": dict(config),
+    }
+    recorded = session.execute(
+        select(Vendor.id).where(
+            Vendor.name == name, Vendor.config_hash == config_hash, Vendor.kind == values["kind"]
+        )
+    ).scalar_one_or_none()
+    if recorded is not None:
+        # Unchanged: return without an upsert, which would lock the vendor row until commit and so
+        # serialise every concurrent transaction that registers a file of this vendor.
+        return recorded
+    ins = insert(table_of(Vendor)).values(values)
+    changed = or_(Vendor.config_hash != ins.excluded.config_hash, Vendor.kind != ins.excluded.kind)
+    stmt = ins.on_conflict_do_update(
+        index_elements=[Vendor.name],
+        set_={
+            "kind": ins.excluded.kind,
+            "config_hash": ins.excluded.config_hash,
+            "config": ins.excluded.config,
+            "updated_at": func.now(),
+        },
+        # Re-registering an unchanged config writes nothing (no dead row per DAG parse).
+        where=changed,
+    ).returning(Vendor.id)
+    vendor_id = session.execute(stmt).scalar_one_or_none()
+    if vendor_id is None:
+        vendor_id = session.execute(select(Vendor.id).where(Vendor.name == name)).scalar_one()
+    return vendor_id
+
+
+def register_blob(
+    session: Session, *, sha256: str, size_bytes: int, raw_uri: str, verified_at: datetime | None = None
+) -> int:
+    """Record a raw object once (write-once: never updated); returns the blob id.
+
+    Register only after the object is in the raw store and its hash verified, passing ``verified_at``:
+    the ingest role may not UPDATE blobs, so the row is complete when written.
+    """
+    values = {
+        "sha256": v.sha256_hex(sha256),
+        "size_bytes": v.nonnegative(size_bytes, "size_bytes"),
+        "raw_uri": v.nonempty(raw_uri, "raw_uri"),
+        "verified_at": verified_at,
+    }
+    stmt = (
+        insert(table_of(Blob))
+        .values(values)
+        .on_conflict_do_nothing(index_elements=[Blob.sha256])
+        .returning(Blob.id)
+    )
+    blob_id = session.execute(stmt).scalar_one_or_none()
+    if blob_id is not None:
+        return blob_id
+    recorded = session.execute(select(Blob.id, Blob.size_bytes).where(Blob.sha256 == sha256)).one()
+    if recorded.size_bytes != size_bytes:
+        raise CatalogConflictError("size_bytes of blob", sha256, recorded.size_bytes, size_bytes)
+    return recorded.id
+
+
+def find_blob(session: Session, sha256: str) -> int | None:
+    """The id of the blob with this content, if the catalog has it."""
+    return session.execute(select(Blob.id).where(Blob.sha256 == sha256)).scalar_one_or_none()
+
+
+def register_source_file(session: Session, *, vendor_id: int, path: str, blob_id: int) -> SourceFileRef:
+    """Record that ``path`` of a vendor holds blob ``blob_id``; ``created`` is True for the first caller.
+
+    A path is an alias and keeps the content it was first seen with: a different blob at a recorded path
+    raises :class:`CatalogConflictError`.
+    """
+    values = {"vendor_id": vendor_id, "path": v.nonempty(path, "source path"), "blob_id": blob_id}
+    stmt = (
+        insert(table_of(SourceFile))
+        .values(values)
+        .on_conflict_do_nothing(index_elements=[SourceFile.vendor_id, SourceFile.path])
+        .returning(SourceFile.id)
+    )
+    source_file_id = session.execute(stmt).scalar_one_or_none()
+    if source_file_id is not None:
+        return SourceFileRef(source_file_id, True)
+    recorded = session.execute(
+        select(SourceFile.id, SourceFile.blob_id).where(
+            SourceFile.vendor_id == vendor_id, SourceFile.path == path
+        )
+    ).one()
+    if recorded.blob_id != blob_id:
+        raise CatalogConflictError("blob of source file", path, recorded.blob_id, blob_id)
+    return SourceFileRef(recorded.id, False)
+
+
+def upsert_calibration(
+    session: Session,
+    *,
+    vendor_id: int,
+    calibration_key: str,
+    robot_id: str,
+    valid_from_ns: int,
+    valid_to_ns: int | None,
+    cameras: Mapping[str, Any],
+) -> int:
+    """Record a vendor's calibration (keyed by the vendor's own id; a re-delivery updates it).
+
+    Windows of one robot may not overlap: an overlap raises :class:`CatalogConflictError` and leaves the
+    caller's transaction usable (the write runs in a savepoint).
+    """
+    if valid_to_ns is not None and valid_to_ns <= valid_from_ns:
+        raise CatalogValueError(
+            "calibration window", (valid_from_ns, valid_to_ns), "valid_to_ns > valid_from_ns"
+        )
+    values = {
+        "vendor_id": vendor_id,
+        "calibration_key": v.nonempty(calibration_key, "calibration key"),
+        "robot_id": v.nonempty(robot_id, "robot id"),
+        "valid_from_ns": valid_from_ns,
+        "valid_to_ns": valid_to_ns,
+        "cameras": dict(cameras),
+    }
+    ins = insert(table_of(Calibration)).values(values)
+    new = ins.excluded
+    stmt = ins.on_conflict_do_update(
+        index_elements=[Calibration.vendor_id, Calibration.calibration_key],
+        set_={
+            "robot_id": new.robot_id,
+            "valid_from_ns": new.valid_from_ns,
+            "valid_to_ns": new.valid_to_ns,
+            "cameras": new.cameras,
+            "updated_at": func.now(),
+        },
+        where=or_(
+            Calibration.robot_id != new.robot_id,
+            Calibration.valid_from_ns != new.valid_from_ns,
+            Calibration.valid_to_ns.is_distinct_from(new.valid_to_ns),
+            Calibration.cameras != new.cameras,
+        ),
+    ).returning(Calibration.id)
+    try:
+        with session.begin_nested():
+            calibration_id = session.execute(stmt).scalar_one_or_none()
+    except IntegrityError as exc:
+        if getattr(exc.orig, "pgcode", None) == "23P01":  # exclusion_violation
+            raise CatalogConflictError(
+                f"calibration window of robot {robot_id!r}",
+                calibration_key,
+                "an overlapping window of another calibration",
+                (valid_from_ns, valid_to_ns),
+            ) from exc
+        raise
+    if calibration_id is None:
+        calibration_id = session.execute(
+            select(Calibration.id).where(
+                Calibration.vendor_id == vendor_id, Calibration.calibration_key == calibration_key
+            )
+        ).scalar_one()
+    return calibration_id
+
+
+def find_calibration(session: Session, *, vendor_id: int, robot_id: str, time_ns: int) -> int | None:
+    """The calibration of a robot valid at log time ``time_ns`` (windows are half-open: [from, to))."""
+    window = func.int8range(Calibration.valid_from_ns, Calibration.valid_to_ns)
+    stmt = select(Calibration.id).where(
+        Calibration.vendor_id == vendor_id,
+        Calibration.robot_id == robot_id,
+        window.op("@>")(cast(literal(time_ns), BigInteger)),
+    )
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def ensure_episode(
+    session: Session,
+    *,
+    vendor_id: int,
+    source_file_id: int,
+    blob_id: int,
+    kind: SourceKind | str,
+    **metadata: Any,
+) -> EpisodeRef:
+    """The episode of an input (one per source file), created ``pending`` on first call.
+
+    ``metadata`` may give any of :data:`EPISODE_METADATA`; given values are written on every call (later
+    readers fill in what earlier ones could not know), omitted or None ones are left as recorded.
+    """
+    values = {
+        "vendor_id": vendor_id,
+        "source_file_id": source_file_id,
+        "blob_id": blob_id,
+        "kind": v.member(SourceKind, kind, "source kind").value,
+    }
+    fields = _episode_metadata(metadata)
+    stmt = (
+        insert(table_of(Episode))
+        .values({**values, **fields})
+        .on_conflict_do_nothing(index_elements=[Episode.source_file_id])
+        .returning(Episode.id)
+    )
+    episode_id = session.execute(stmt).scalar_one_or_none()
+    if episode_id is not None:
+        return EpisodeRef(episode_id, True)
+    recorded = session.execute(
+        select(Episode.id, Episode.vendor_id, Episode.blob_id, Episode.kind).where(
+            Episode.source_file_id == source_file_id
+        )
+    ).one()
+    for column in ("vendor_id", "blob_id", "kind"):
+        if getattr(recorded, column) != values[column]:
+            raise CatalogConflictError(
+                f"{column} of the episode of source file",
+                source_file_id,
+                getattr(recorded, column),
+                values[column],
+            )
+    if fields:
+        set_episode_metadata(session, recorded.id, **fields)
+    return EpisodeRef(recorded.id, False)
+
+
+def set_episode_metadata(session: Session, episode_id: int, **metadata: Any) -> None:
+    """Write the given :data:`EPISODE_METADATA` fields of an episode (None values are ignored)."""
+    fields = _episode_metadata(metadata)
+    if not fields:
+        return
+    stmt = update(table_of(Episode)).where(Episode.id == episode_id).values(**fields, updated_at=func.now())
+    if session.execute(stmt.returning(Episode.id)).scalar_one_or_none() is None:
+        raise CatalogMissingError("episode", episode_id)
+
+
+def set_episode_state(
+    session: Session,
+    episode_id: int,
+    state: FileState | str,
+    *,
+    reasons: Iterable[ReasonCode | str] = (),
+    detail: str | None = None,
+    duplicate_of_id: int | None = None,
+    merge_reasons: bool = False,
+) -> list[str]:
+    """Set an episode's state and reasons (a sorted set); returns the reasons stored.
+
+    ``merge_reasons`` keeps the reasons already recorded (the post gate adds to the pre gate's). A
+    ``duplicate`` must name the episode it duplicates.
+    """
+    new_state = v.member(FileState, state, "file state")
+    new_reasons = v.members(ReasonCode, reasons, "reason code")
+    if new_state is FileState.DUPLICATE and duplicate_of_id is None:
+        raise CatalogValueError(
+            "duplicate_of_id", None, f"an episode id when the state is {new_state.value!r}"
+        )
+    if merge_reasons:
+        # FOR UPDATE: two gates merging at once must not lose each other's reasons.
+        recorded = session.execute(
+            select(Episode.reasons).where(Episode.id == episode_id).with_for_update()
+        ).scalar_one_or_none()
+        if recorded is None:
+            raise CatalogMissingError("episode", episode_id)
+        new_reasons = sorted(set(recorded) | set(new_reasons))
+    stmt = (
+        update(table_of(Episode))
+        .where(Episode.id == episode_id)
+        .values(
+            state=new_state.value,
+            reasons=new_reasons,
+            detail=detail,
+            duplicate_of_id=duplicate_of_id,
+            updated_at=func.now(),
+        )
+        .returning(Episode.id)
+    )
+    if session.execute(stmt).scalar_one_or_none() is None:
+        raise CatalogMissingError("episode", episode_id)
+    return new_reasons
+
+
+def claim_original(session: Session, *, blob_id: int, episode_id: int) -> int | None:
+    """The episode this one duplicates (same content, not itself a duplicate), or None if it is the original.
+
+    Takes a transaction-scoped advisory lock on the blob so that two workers ingesting the same content
+    under two names decide one after the other: call it and then :func:`set_episode_state` in the same
+    transaction, after the episode row exists.
+    """
+    session.execute(select(func.pg_advisory_xact_lock(BLOB_LOCK_NAMESPACE, blob_id % _INT4_MAX)))
+    stmt = select(func.min(Episode.id)).where(
+        Episode.blob_id == blob_id,
+        Episode.id != episode_id,
+        Episode.state != FileState.DUPLICATE.value,
+    )
+    return session.execute(stmt).scalar_one()
+
+
+def record_streams(session: Session, episode_id: int, streams: Iterable[StreamStats]) -> int:
+    """Upsert the per-topic statistics of an episode (a re-read overwrites them); returns rows written."""
+    rows = []
+    for stream in streams:
+        row = asdict(stream)
+        row["role"] = v.member(StreamRole, stream.role, "stream role").value
+        v.nonnegative(stream.message_count, f"message_count of {stream.topic}")
+        rows.append({"episode_id": episode_id, **row})
+    if not rows:
+        return 0
+    ins = insert(table_of(Stream)).values(rows)
+    stats = [c for c in rows[0] if c not in ("episode_id", "topic")]
+    stmt = ins.on_conflict_do_update(
+        index_elements=[Stream.episode_id, Stream.topic], set_={c: ins.excluded[c] for c in stats}
+    )
+    session.execute(stmt)
+    return len(rows)
+
+
+def _episode_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(metadata) - set(EPISODE_METADATA)
+    if unknown:
+        raise CatalogValueError("episode field", sorted(unknown), ", ".join(EPISODE_METADATA))
+    return {k: val for k, val in metadata.items() if val is not None}
