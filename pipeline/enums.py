@@ -70,6 +70,7 @@ class ReasonCode(StrEnum):
     NO_MESSAGES = "no_messages"
     SCHEMA_DRIFT = "schema_drift"
     NO_CALIBRATION = "no_calibration"
+    MISSING_METADATA = "missing_metadata"
     # timing
     NON_MONOTONIC_TIME = "non_monotonic_time"
     DUPLICATE_TIMESTAMPS = "duplicate_timestamps"
@@ -87,6 +88,8 @@ class ReasonCode(StrEnum):
     VARIABLE_FRAME_RATE = "variable_frame_rate"
     LETTERBOXED = "letterboxed"
     RESOLUTION_OUT_OF_BOUNDS = "resolution_out_of_bounds"
+    FRAME_RATE_OUT_OF_BOUNDS = "frame_rate_out_of_bounds"
+    DURATION_OUT_OF_BOUNDS = "duration_out_of_bounds"
     PROBE_TIMEOUT = "probe_timeout"
     PROBE_RESOURCE_LIMIT = "probe_resource_limit"
     # duplicates
@@ -168,6 +171,11 @@ class ArtifactKind(StrEnum):
     SHARD = "shard"
     MANIFEST = "manifest"
     EXPORT = "export"
+
+
+class ManifestFormat(StrEnum):
+    ARROW_IPC = "arrow_ipc"
+    PARQUET = "parquet"
 
 
 class Split(StrEnum):

@@ -46,6 +46,16 @@ def fresh_database_url(pg_server: LocalPostgres, request: pytest.FixtureRequest)
     return make
 
 
+@pytest.fixture
+def migrated_database_url(fresh_database_url: Callable[[], str]) -> str:
+    """A new database on the session's server, migrated to head; superuser URL."""
+    from pipeline.catalog import migrate
+
+    url = fresh_database_url()
+    migrate.upgrade(url)
+    return url
+
+
 @pytest.fixture(scope="session")
 def corpus_dir() -> Path:
     """The shared corpus of real files (read-only, never copied into the repo)."""

@@ -72,6 +72,7 @@ EPISODE_METADATA = (
     "start_time_ns",
     "end_time_ns",
     "calibration_id",
+    "content_fingerprint",
 )
 
 

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.orm import Session
 
-from pipeline.catalog import migrate
 from pipeline.catalog.engine import make_engine, make_session_factory
 from pipeline.catalog.roles import RoleUrls, ensure_roles
-
-
-@pytest.fixture
-def migrated_database_url(fresh_database_url: Callable[[], str]) -> str:
-    """A new database on the session's server, migrated to head; superuser URL."""
-    url = fresh_database_url()
-    migrate.upgrade(url)
-    return url
 
 
 @pytest.fixture(scope="session")

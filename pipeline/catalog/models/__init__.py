@@ -18,7 +18,6 @@ from pipeline.catalog.models.base import (
     SHA256_PATTERN,
     Base,
     EnumCheck,
-    ManifestFormat,
     table_of,
 )
 from pipeline.catalog.models.outputs import (
@@ -32,6 +31,7 @@ from pipeline.catalog.models.outputs import (
 )
 from pipeline.catalog.models.runs import Batch, CheckResult, PipelineRun, StepRun
 from pipeline.catalog.models.sources import Blob, Calibration, Episode, SourceFile, Stream, Vendor
+from pipeline.enums import ManifestFormat
 
 __all__ = [
     "NAMING_CONVENTION",

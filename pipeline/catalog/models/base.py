@@ -25,14 +25,6 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, array
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.elements import ColumnElement
 
-
-class ManifestFormat(StrEnum):
-    """File format of a frozen manifest (to move to :mod:`pipeline.enums`)."""
-
-    ARROW_IPC = "arrow_ipc"
-    PARQUET = "parquet"
-
-
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",

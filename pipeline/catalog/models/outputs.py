@@ -11,14 +11,13 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from pipeline.catalog.models.base import (
     Base,
-    ManifestFormat,
     enum_check,
     fk_column,
     id_column,
     now_column,
     sha256_check,
 )
-from pipeline.enums import ArtifactKind, Split, StepName
+from pipeline.enums import ArtifactKind, ManifestFormat, Split, StepName
 
 
 class Artifact(Base):

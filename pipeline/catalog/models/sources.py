@@ -119,6 +119,7 @@ class Episode(Base):
     session_id: Mapped[str | None] = mapped_column(index=True)
     episode_key: Mapped[str | None]
     task: Mapped[str | None]
+    content_fingerprint: Mapped[str | None] = mapped_column(index=True)
     start_time_ns: Mapped[int | None]
     end_time_ns: Mapped[int | None]
     duration_s: Mapped[float | None] = mapped_column(

@@ -41,6 +41,7 @@ REASON_CODES = (
     "no_messages",
     "schema_drift",
     "no_calibration",
+    "missing_metadata",
     "non_monotonic_time",
     "duplicate_timestamps",
     "clock_jump",
@@ -56,6 +57,8 @@ REASON_CODES = (
     "variable_frame_rate",
     "letterboxed",
     "resolution_out_of_bounds",
+    "frame_rate_out_of_bounds",
+    "duration_out_of_bounds",
     "probe_timeout",
     "probe_resource_limit",
     "near_duplicate",
@@ -223,6 +226,8 @@ def upgrade() -> None:
         _text("session_id", nullable=True),
         _text("episode_key", nullable=True),
         _text("task", nullable=True),
+        # Order-independent digest of the episode's messages: equal for the same content re-chunked.
+        _text("content_fingerprint", nullable=True),
         _bigint("start_time_ns", nullable=True),
         _bigint("end_time_ns", nullable=True),
         sa.Column(
@@ -256,6 +261,7 @@ def upgrade() -> None:
     )
     _ix("episodes", "blob_id")
     _ix("episodes", "session_id")
+    _ix("episodes", "content_fingerprint")
     _ix("episodes", "calibration_id")
     _ix("episodes", "duplicate_of_id")
     _ix("episodes", "vendor_id", "state")
