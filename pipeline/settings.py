@@ -27,10 +27,17 @@ class Settings(BaseSettings):
     )
     ray_address: str | None = Field(default=None, description="Ray cluster address; unset = a local Ray.")
     vendors_dir: Path = Field(default=Path("dags/vendors"), description="Folder of vendor YAML files.")
+    project_dir: Path = Field(
+        default=Path("."), description="Folder that relative vendor source paths are resolved against."
+    )
 
     @property
     def home_abs(self) -> Path:
         return self.home.expanduser().resolve()
+
+    @property
+    def project_dir_abs(self) -> Path:
+        return self.project_dir.expanduser().resolve()
 
     @property
     def store(self) -> str:

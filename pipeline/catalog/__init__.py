@@ -6,3 +6,7 @@
 * :mod:`~pipeline.catalog.roles` – the ingest writer and curation reader roles and their grants.
 * :mod:`~pipeline.catalog.repo` – engines, sessions and the idempotent upsert API the steps call.
 """
+
+from pipeline.catalog.engine import make_engine, make_session_factory, session_scope
+
+__all__ = ["make_engine", "make_session_factory", "session_scope"]

@@ -1,0 +1,275 @@
+"""Run a step over a batch's items, locally or on Ray, recording every outcome in the catalog.
+
+Resume is built in: an item whose episode already has a final step run (succeeded or rejected) under the
+step's config hash is skipped, so clearing a failed Airflow task and running it again continues where it
+stopped. A bad item is recorded as ``rejected`` and the batch goes on; an infrastructure fault on an item is
+recorded as ``failed``, the other items still run, and the runner then raises :class:`StepFailedError` so
+that the orchestrator retries the task (the retry redoes only what is not final).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pipeline.enums import StepStatus
+from pipeline.errors import InfrastructureError, InputError, SluiceError
+from pipeline.steps.base import Step, StepContext, StepResult, WorkItem
+
+if TYPE_CHECKING:
+    from pipeline.config import VendorConfig
+    from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: How long a Ray runner waits for one item before calling the batch stuck. A request whose resources no
+#: node can offer waits forever in Ray, so every wait is bounded.
+DEFAULT_ITEM_TIMEOUT_S = 1800.0
+
+
+class StepFailedError(InfrastructureError):
+    """Some items hit infrastructure faults; the task should be retried (finished items are kept)."""
+
+    def __init__(self, step: str, failures: Sequence[dict[str, Any]]) -> None:
+        self.failures = list(failures)
+        first = "; ".join(f"{f['key']}: {f['detail']}" for f in self.failures[:3])
+        super().__init__(f"{step}: {len(self.failures)} item(s) failed: {first}")
+
+
+@dataclass
+class StepSummary:
+    """Counts of one step over one batch; what a DAG task returns through XCom."""
+
+    step: str
+    succeeded: int = 0
+    rejected: int = 0
+    skipped: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    episode_ids: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "succeeded": self.succeeded,
+            "rejected": self.rejected,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "seconds": round(self.seconds, 3),
+            "episode_ids": sorted(self.episode_ids),
+        }
+
+
+def build_context(settings: Settings, *, code_version: str | None = None) -> StepContext:
+    """Clients for a worker process, built once from settings (the entry point's job, never a step's)."""
+    from pipeline.catalog import make_engine
+    from pipeline.pgserver import database_url
+    from pipeline.store import Store
+    from pipeline.version import code_version as current_code_version
+
+    return StepContext(
+        settings=settings,
+        engine=make_engine(database_url(settings)),
+        store=Store(settings.store),
+        code_version=code_version or current_code_version(),
+    )
+
+
+def run_step(
+    step: Step,
+    items: Sequence[WorkItem],
+    *,
+    pipeline_run_id: int | None = None,
+    batch_id: int | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S,
+) -> StepSummary:
+    """Process ``items`` with ``step``; record each outcome; raise StepFailedError if any item failed."""
+    started = time.monotonic()
+    summary = StepSummary(step=step.name.value)
+    todo = []
+    for item in step.items(items):
+        if item.episode_id is not None and _already_final(step, item.episode_id):
+            summary.skipped += 1
+            summary.episode_ids.append(item.episode_id)
+        else:
+            todo.append(item)
+    if todo:
+        if executor == "local":
+            results = _run_local(step, todo, pipeline_run_id, batch_id)
+        elif executor == "ray":
+            results = _run_ray(step, todo, pipeline_run_id, batch_id, ray_address, item_timeout_s)
+        else:
+            from pipeline.errors import UnknownChoiceError
+
+            raise UnknownChoiceError("executor", executor, ("local", "ray"))
+        for item, result in zip(todo, results, strict=True):
+            _tally(summary, item, result)
+    summary.seconds = time.monotonic() - started
+    log.info("%s: %s", step.name, summary.as_dict())
+    if summary.failed:
+        raise StepFailedError(step.name.value, summary.failures)
+    return summary
+
+
+def process_and_record(
+    step: Step, item: WorkItem, pipeline_run_id: int | None, batch_id: int | None
+) -> StepResult:
+    """Run one item through ``step`` and record the outcome (used by both executors)."""
+    if item.episode_id is not None:
+        _record(step, item.episode_id, StepStatus.RUNNING, None, None, pipeline_run_id, batch_id)
+    try:
+        result = step.process(item)
+    except InputError as exc:
+        from pipeline.enums import ReasonCode
+
+        result = StepResult.rejected(ReasonCode(exc.reason), exc.detail, episode_id=item.episode_id)
+    except Exception as exc:
+        log.exception("%s failed on %s", step.name, item.key)
+        result = StepResult(
+            StepStatus.FAILED, detail=f"{type(exc).__name__}: {exc}", episode_id=item.episode_id
+        )
+    episode_id = result.episode_id if result.episode_id is not None else item.episode_id
+    if episode_id is not None:
+        try:
+            _record(step, episode_id, result.status, result.reason, result.detail, pipeline_run_id, batch_id)
+        except SluiceError as exc:
+            result = StepResult(StepStatus.FAILED, detail=str(exc), episode_id=episode_id)
+    return result
+
+
+def _tally(summary: StepSummary, item: WorkItem, result: StepResult) -> None:
+    if result.episode_id is not None or item.episode_id is not None:
+        summary.episode_ids.append(result.episode_id if result.episode_id is not None else item.episode_id)  # type: ignore[arg-type]
+    if result.status is StepStatus.SUCCEEDED:
+        summary.succeeded += 1
+    elif result.status is StepStatus.REJECTED:
+        summary.rejected += 1
+    elif result.status is StepStatus.SKIPPED:
+        summary.skipped += 1
+    else:
+        summary.failed += 1
+        summary.failures.append({"key": item.key, "detail": result.detail or "failed"})
+
+
+def _already_final(step: Step, episode_id: int) -> bool:
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.runs import FINAL_STEP_STATUSES, step_status
+
+    with session_scope(make_session_factory(step.ctx.engine)) as session:
+        status = step_status(session, episode_id=episode_id, step=step.name, config_hash=step.config_hash)
+    return status in FINAL_STEP_STATUSES
+
+
+def _record(
+    step: Step,
+    episode_id: int,
+    status: StepStatus,
+    reason: Any,
+    detail: str | None,
+    pipeline_run_id: int | None,
+    batch_id: int | None,
+) -> None:
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.runs import record_step_run
+
+    with session_scope(make_session_factory(step.ctx.engine)) as session:
+        record_step_run(
+            session,
+            episode_id=episode_id,
+            step=step.name,
+            config_hash=step.config_hash,
+            status=status,
+            reason=reason,
+            detail=detail,
+            pipeline_run_id=pipeline_run_id,
+            batch_id=batch_id,
+        )
+
+
+def _run_local(
+    step: Step, items: Sequence[WorkItem], pipeline_run_id: int | None, batch_id: int | None
+) -> list[StepResult]:
+    step.setup()
+    return [process_and_record(step, item, pipeline_run_id, batch_id) for item in items]
+
+
+class _RayWorker:
+    """One Ray actor: builds its own clients and step once (``setup``), then processes items."""
+
+    def __init__(self, step_name: str, vendor: VendorConfig, settings: Settings, code_version: str) -> None:
+        from pipeline.enums import StepName
+        from pipeline.steps.registry import step_class
+
+        ctx = build_context(settings, code_version=code_version)
+        self.step = step_class(StepName(step_name))(vendor, ctx)
+        self.step.setup()
+
+    def process(self, item: WorkItem, pipeline_run_id: int | None, batch_id: int | None) -> StepResult:
+        return process_and_record(self.step, item, pipeline_run_id, batch_id)
+
+
+def _run_ray(
+    step: Step,
+    items: Sequence[WorkItem],
+    pipeline_run_id: int | None,
+    batch_id: int | None,
+    ray_address: str | None,
+    item_timeout_s: float,
+) -> list[StepResult]:
+    import ray
+
+    from pipeline.raycluster import ensure_ray, workers_that_fit
+
+    ensure_ray(ray_address)
+    res = step.resources
+    n_workers = workers_that_fit(res, len(items))
+    actor_cls = ray.remote(num_cpus=res.cpus, num_gpus=res.gpus, memory=res.memory_bytes, max_restarts=0)(
+        _RayWorker
+    )
+    actors = [
+        actor_cls.remote(step.name.value, step.vendor, step.ctx.settings, step.ctx.code_version)
+        for _ in range(n_workers)
+    ]
+    pending: dict[Any, int] = {}
+    results: list[StepResult | None] = [None] * len(items)
+    queue = list(enumerate(items))
+    idle = list(actors)
+
+    def submit() -> None:
+        while idle and queue:
+            index, item = queue.pop(0)
+            actor = idle.pop()
+            pending[actor.process.remote(item, pipeline_run_id, batch_id)] = index
+            actor_of[index] = actor
+
+    actor_of: dict[int, Any] = {}
+    submit()
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=item_timeout_s)
+            if not done:
+                raise InfrastructureError(
+                    f"{step.name}: no item finished within {item_timeout_s:g} s on Ray "
+                    f"({len(pending)} running, {len(queue)} queued); is the cluster big enough for "
+                    f"{res.cpus} CPUs and {res.memory_bytes} bytes per worker?"
+                )
+            ref = done[0]
+            index = pending.pop(ref)
+            try:
+                results[index] = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                results[index] = StepResult(
+                    StepStatus.FAILED, detail=f"ray: {exc}", episode_id=items[index].episode_id
+                )
+            idle.append(actor_of.pop(index))
+            submit()
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    return [r for r in results if r is not None]
