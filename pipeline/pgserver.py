@@ -113,8 +113,18 @@ class LocalPostgres:
             options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
         self._run_pg(
             "pg_ctl",
-            ["-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", str(START_TIMEOUT_S),
-             "-o", " ".join(options), "start"],
+            [
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_file),
+                "-w",
+                "-t",
+                str(START_TIMEOUT_S),
+                "-o",
+                " ".join(options),
+                "start",
+            ],
         )
         self._port_file.write_text(str(port))
         self._ensure_database(port)
@@ -196,8 +206,18 @@ class LocalPostgres:
         try:
             self._run_pg(
                 "initdb",
-                ["-D", str(self.data_dir), "-U", SUPERUSER, f"--pwfile={pw_copy}", "--auth=scram-sha-256",
-                 "--data-checksums", "--encoding=UTF8", "--no-locale", "--no-instructions"],
+                [
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    SUPERUSER,
+                    f"--pwfile={pw_copy}",
+                    "--auth=scram-sha-256",
+                    "--data-checksums",
+                    "--encoding=UTF8",
+                    "--no-locale",
+                    "--no-instructions",
+                ],
             )
         finally:
             pw_copy.unlink(missing_ok=True)
@@ -293,3 +313,32 @@ def database_url(settings: Settings) -> str:
     if settings.database_url:
         return settings.database_url
     return local_cluster(settings).url()
+
+
+def migrate_catalog(settings: Settings, revision: str = "head") -> list[str]:
+    """Migrate the catalog and set up its two roles; returns the roles created or reset.
+
+    On the local cluster, the roles' passwords are generated once and kept (0600) beside the cluster. On an
+    external server (``SLUICE_DATABASE_URL``) roles are the operator's business: only the grants are
+    refreshed, for roles that exist.
+    """
+    import json
+
+    from pipeline.catalog.migrate import upgrade
+    from pipeline.catalog.roles import RoleNames, ensure_roles, grant_privileges
+
+    url = database_url(settings)
+    upgrade(url, revision)
+    if settings.database_url:
+        grant_privileges(url)
+        return []
+    secrets_file = local_cluster(settings).root / "roles.json"
+    if not secrets_file.exists():
+        secrets_file.write_text(
+            json.dumps({"writer": secrets.token_urlsafe(24), "reader": secrets.token_urlsafe(24)})
+        )
+        secrets_file.chmod(0o600)
+    passwords = json.loads(secrets_file.read_text())
+    ensure_roles(url, passwords["writer"], passwords["reader"])
+    names = RoleNames()
+    return [names.writer, names.reader]

@@ -20,6 +20,11 @@ COMMAND_GROUPS: dict[str, str] = {
     "vendor": "pipeline.cli.vendor",
     "synth": "pipeline.cli.synth",
     "bench": "pipeline.cli.bench",
+    "ingest": "pipeline.cli.ingest",
+    "files": "pipeline.cli.files",
+    "quarantine": "pipeline.cli.quarantine",
+    "scrub": "pipeline.cli.scrub",
+    "demo": "pipeline.cli.demo",
 }
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sluice: robot-learning data platform.")
@@ -27,7 +32,9 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sluice: robo
 
 @app.callback()
 def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEBUG level.")) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 for _name, _module_name in COMMAND_GROUPS.items():

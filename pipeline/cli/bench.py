@@ -23,7 +23,9 @@ BENCHMARKS = ("ingest", "read", "transcode", "plan", "stagger", "manifest", "war
 def command(
     name: str = typer.Argument(..., help=f"One of: {', '.join(BENCHMARKS)}"),
     json_path: Path = typer.Option(None, "--json", help="Write the results object here."),
-    size: str = typer.Option("default", "--size", help="Scale: 'default' (minutes on 2 cores) or bench-specific."),
+    size: str = typer.Option(
+        "default", "--size", help="Scale: 'default' (minutes on 2 cores) or bench-specific."
+    ),
 ) -> None:
     """Run a benchmark against its reference in the same run and write the results as JSON."""
     if name not in BENCHMARKS:
@@ -43,7 +45,9 @@ def command(
     results = module.run(size=size, settings=load_settings())
     results.setdefault("bench", name)
     results.setdefault("size", size)
-    results.setdefault("machine", {"python": platform.python_version(), "cpus": _cpus(), "node": platform.node()})
+    results.setdefault(
+        "machine", {"python": platform.python_version(), "cpus": _cpus(), "node": platform.node()}
+    )
     results.setdefault("wall_s", round(time.time() - started, 3))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)

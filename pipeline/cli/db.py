@@ -72,13 +72,11 @@ def url() -> None:
 
 @app.command()
 def migrate(revision: str = typer.Argument("head", help="Target revision.")) -> None:
-    """Upgrade the catalog schema (and create the writer and curation roles)."""
-    from pipeline.catalog.migrate import upgrade
-    from pipeline.pgserver import database_url
+    """Upgrade the catalog schema, then create the writer and curation roles and grant them."""
+    from pipeline.pgserver import migrate_catalog
 
-    target = database_url(load_settings())
-    upgrade(target, revision)
-    console.print(f"catalog migrated to {revision}")
+    roles = migrate_catalog(load_settings(), revision)
+    console.print(f"catalog migrated to {revision}; roles: {', '.join(roles) or 'grants refreshed'}")
 
 
 @app.command()

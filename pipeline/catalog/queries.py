@@ -1,0 +1,79 @@
+"""Read-side queries the CLI and the UI share (the writers live in sources/runs/outputs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, aliased
+
+from pipeline.catalog.models import Blob, CheckResult, Episode, SourceFile, Vendor
+from pipeline.enums import CheckStatus, FileState
+
+
+def list_files(
+    session: Session, *, state: FileState | str | None = None, vendor: str | None = None
+) -> list[dict[str, Any]]:
+    """One record per source file: path, vendor, sha256, state, reasons, duplicate_of (its path), detail."""
+    original = aliased(Episode)
+    original_file = aliased(SourceFile)
+    stmt = (
+        select(
+            Episode.id.label("episode_id"),
+            Vendor.name.label("vendor"),
+            SourceFile.path,
+            Blob.sha256,
+            Blob.size_bytes,
+            Episode.kind,
+            Episode.state,
+            Episode.reasons,
+            Episode.detail,
+            original_file.path.label("duplicate_of"),
+        )
+        .join(SourceFile, SourceFile.id == Episode.source_file_id)
+        .join(Vendor, Vendor.id == Episode.vendor_id)
+        .join(Blob, Blob.id == Episode.blob_id)
+        .outerjoin(original, original.id == Episode.duplicate_of_id)
+        .outerjoin(original_file, original_file.id == original.source_file_id)
+        .order_by(Vendor.name, SourceFile.path)
+    )
+    if state is not None:
+        stmt = stmt.where(Episode.state == FileState(state).value)
+    if vendor is not None:
+        stmt = stmt.where(Vendor.name == vendor)
+    return [dict(row._mapping) for row in session.execute(stmt)]
+
+
+def failed_checks(session: Session, episode_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """The checks that did not pass, per episode (for explaining quarantines)."""
+    if not episode_ids:
+        return {}
+    rows = session.execute(
+        select(
+            CheckResult.episode_id,
+            CheckResult.gate,
+            CheckResult.check_name,
+            CheckResult.status,
+            CheckResult.reason,
+            CheckResult.detail,
+        )
+        .where(CheckResult.episode_id.in_(episode_ids), CheckResult.status != CheckStatus.PASSED.value)
+        .order_by(CheckResult.episode_id, CheckResult.id)
+    ).all()
+    out: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row.episode_id, []).append(
+            {
+                "gate": row.gate,
+                "check": row.check_name,
+                "status": row.status,
+                "reason": row.reason,
+                "detail": row.detail,
+            }
+        )
+    return out
+
+
+def all_blobs(session: Session) -> list[tuple[str, int]]:
+    """(sha256, size_bytes) of every landed raw object."""
+    return [(r.sha256, r.size_bytes) for r in session.execute(select(Blob.sha256, Blob.size_bytes))]

@@ -1,0 +1,29 @@
+"""``sluice files list``: one record per source file with its state."""
+
+from __future__ import annotations
+
+import typer
+
+from pipeline.cli._common import context, print_json, print_table
+
+app = typer.Typer(no_args_is_help=True, help="Source files and the state each ended in.")
+
+
+@app.command("list")
+def list_(
+    state: str = typer.Option(
+        None, help="Only this state (accepted, accepted_with_flags, quarantined, ...)."
+    ),
+    vendor: str = typer.Option(None, help="Only this vendor."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON records."),
+) -> None:
+    """List source files: path, sha256, state, reasons, duplicate_of."""
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.queries import list_files
+
+    with session_scope(make_session_factory(context().engine)) as session:
+        rows = list_files(session, state=state, vendor=vendor)
+    if as_json:
+        print_json(rows)
+    else:
+        print_table("source files", rows, ["vendor", "path", "state", "reasons", "duplicate_of", "sha256"])
