@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
+from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -158,9 +159,9 @@ def discover(
     return result
 
 
-def _listing(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, dict[str, object]]:
+def _listing(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, dict[str, Any]]:
     found = fs.find(root, withdirs=False, detail=True)
-    listing: dict[str, dict[str, object]] = {}
+    listing: dict[str, dict[str, Any]] = {}
     for path, info in found.items():
         mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
         if hasattr(mtime, "timestamp"):

@@ -98,7 +98,7 @@ class Store:
         return bool(self.fs.exists(self.path(self.raw_key(sha256))))
 
     def open_raw(self, sha256: str) -> BinaryIO:
-        return self.fs.open(self.path(self.raw_key(sha256)), "rb")  # type: ignore[no-any-return]
+        return self.fs.open(self.path(self.raw_key(sha256)), "rb")
 
     def local_raw_path(self, sha256: str) -> Path:
         """A local path for readers that need one (PyAV, mcap): only for local stores."""

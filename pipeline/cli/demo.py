@@ -73,6 +73,7 @@ def _validate(settings: Any) -> dict[str, Any]:
 def _make_drops(vendors: dict[str, Any], settings: Any, *, episodes: int, seconds: float) -> dict[str, Path]:
     from pipeline.config.models import local_source_path
     from pipeline.synth import RobotDropConfig, VideoDropConfig, make_robot_drop, make_video_drop
+    from pipeline.synth.defects import RobotDefect, VideoDefect
 
     drops = {}
     for name, vendor in vendors.items():
@@ -81,11 +82,21 @@ def _make_drops(vendors: dict[str, Any], settings: Any, *, episodes: int, second
         with console.status(f"generating {name}'s drop in {root}…"):
             if vendor.kind == "mcap":
                 manifest = make_robot_drop(
-                    root, RobotDropConfig(episodes=episodes, seconds=seconds, defects=ROBOT_DEFECTS), jobs=2
+                    root,
+                    RobotDropConfig(
+                        episodes=episodes,
+                        seconds=seconds,
+                        defects=tuple(RobotDefect(d) for d in ROBOT_DEFECTS),
+                    ),
+                    jobs=2,
                 )
             else:
                 manifest = make_video_drop(
-                    root, VideoDropConfig(clips=episodes, seconds=seconds, defects=VIDEO_DEFECTS), jobs=2
+                    root,
+                    VideoDropConfig(
+                        clips=episodes, seconds=seconds, defects=tuple(VideoDefect(d) for d in VIDEO_DEFECTS)
+                    ),
+                    jobs=2,
                 )
         if vendor.source.ready_marker:
             (root / vendor.source.ready_marker).touch()

@@ -245,7 +245,7 @@ def _run_ray(
         while idle and queue:
             index, item = queue.pop(0)
             actor = idle.pop()
-            pending[actor.process.remote(item, pipeline_run_id, batch_id)] = index
+            pending[actor.process.remote(item, pipeline_run_id, batch_id)] = index  # type: ignore[attr-defined]
             actor_of[index] = actor
 
     actor_of: dict[int, Any] = {}
@@ -271,5 +271,5 @@ def _run_ray(
             submit()
     finally:
         for actor in actors:
-            ray.kill(actor)
+            ray.kill(actor)  # type: ignore[arg-type]
     return [r for r in results if r is not None]
