@@ -25,6 +25,7 @@ COMMAND_GROUPS: dict[str, str] = {
     "quarantine": "pipeline.cli.quarantine",
     "scrub": "pipeline.cli.scrub",
     "demo": "pipeline.cli.demo",
+    "docs": "pipeline.cli.docs",
 }
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sluice: robot-learning data platform.")
