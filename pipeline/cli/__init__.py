@@ -26,6 +26,8 @@ COMMAND_GROUPS: dict[str, str] = {
     "scrub": "pipeline.cli.scrub",
     "demo": "pipeline.cli.demo",
     "docs": "pipeline.cli.docs",
+    "shard": "pipeline.cli.shard",
+    "export": "pipeline.cli.export",
 }
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sluice: robot-learning data platform.")

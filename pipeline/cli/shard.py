@@ -1,0 +1,101 @@
+"""``sluice shard NAME@VERSION``: write, verify and record a dataset version's WebDataset shards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from pipeline.cli._common import console, context, print_json
+
+
+def command(
+    dataset_version: str = typer.Argument(..., help="Dataset version as NAME@VERSION."),
+    target_shard_bytes: str = typer.Option("256 MiB", "--target-shard-bytes", help="Target shard size."),
+    world_size: int = typer.Option(0, "--world-size", help="Also assign the shards to this many ranks."),
+    verify_only: bool = typer.Option(False, "--verify-only", help="Only verify the recorded shards."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Shard a dataset version from its manifest (staged, verified, renamed, then recorded)."""
+    import pyarrow.parquet as pq
+    from pydantic import ByteSize, TypeAdapter
+    from sqlalchemy import select
+
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.models import DatasetVersion, Manifest
+    from pipeline.config import config_hash
+    from pipeline.config.processing import ShardOptions
+    from pipeline.errors import UnknownChoiceError
+    from pipeline.shard import assign_ranks, list_shards, verify_shards, write_shards
+
+    name, sep, version = dataset_version.partition("@")
+    if not sep or not name or not version:
+        raise UnknownChoiceError("dataset version (NAME@VERSION)", dataset_version, ["NAME@VERSION"])
+    target = int(TypeAdapter(ByteSize).validate_python(target_shard_bytes))
+    ctx = context()
+    with session_scope(make_session_factory(ctx.engine)) as session:
+        row = session.execute(
+            select(DatasetVersion.id).where(DatasetVersion.name == name, DatasetVersion.version == version)
+        ).scalar_one_or_none()
+        if row is None:
+            raise UnknownChoiceError("dataset version", dataset_version, ["a recorded NAME@VERSION"])
+        manifests = dict(
+            session.execute(
+                select(Manifest.format, Manifest.uri).where(Manifest.dataset_version_id == row)
+            ).tuples()
+        )
+    if not verify_only:
+        uri = manifests.get("parquet")
+        if uri is None:
+            raise UnknownChoiceError(
+                "manifest of " + dataset_version, "none recorded", ["a parquet manifest"]
+            )
+        import fsspec
+
+        with fsspec.open(uri, "rb") as fh:
+            rows = pq.read_table(fh).to_pylist()
+        options = ShardOptions.model_validate({"target_shard_bytes": target})
+        with console.status(f"writing shards of {len(rows)} manifest rows…"):
+            write_shards(
+                rows,
+                target,
+                ctx.store,
+                name,
+                version,
+                engine=ctx.engine,
+                config_hash=config_hash(options),
+                code_version=ctx.code_version,
+                dataset_version_id=row,
+            )
+    records = list_shards(ctx.engine, row)
+    checks = verify_shards(ctx.store, records)
+    shards: list[dict[str, Any]] = [
+        {
+            "uri": r.uri,
+            "split": r.split,
+            "index": r.shard_index,
+            "samples": r.n_samples,
+            "size_bytes": r.size_bytes,
+            "ok": c.ok,
+            "problems": c.problems,
+        }
+        for r, c in zip(records, checks, strict=True)
+    ]
+    result: dict[str, object] = {"dataset_version": dataset_version, "shards": shards}
+    if world_size:
+        assignment = assign_ranks([(r.uri, r.size_bytes) for r in records], world_size)
+        result["ranks"] = [list(r) for r in assignment.ranks]
+        result["imbalance"] = imbalance = assignment.imbalance
+    if as_json:
+        print_json(result)
+    else:
+        bad = [s for s in shards if not s["ok"]]
+        console.print(
+            f"{len(records)} shard(s) recorded for {dataset_version}, {len(bad)} failed verification"
+        )
+        for s in bad:
+            console.print(f"[red]{s['uri']}[/]: {'; '.join(s['problems'])}", highlight=False)
+        if world_size:
+            console.print(f"{world_size} ranks, imbalance {imbalance:.4f}")
+    if any(not c.ok for c in checks):
+        raise typer.Exit(1)

@@ -1,0 +1,417 @@
+"""Export a dataset version as a LeRobot v3.0 dataset (see :mod:`.layout`), with a report of what was checked.
+
+Every episode's frames are re-encoded per camera into one MP4 (H.264, no B-frames) with ``pts`` = the
+dataset-wide frame index at time base 1/fps, and a forced IDR at each episode's first frame, so that each
+episode starts on a keyframe and ``timestamp = frame_index / fps`` holds exactly in the data and the video.
+The export is written to a staging folder beside ``out`` and renamed into place when every check passed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import SluiceError
+from pipeline.export import layout
+from pipeline.export.episode import EpisodeFrames, camera_topics, read_episode
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+log = logging.getLogger(__name__)
+
+#: Export encode: CRF 23 veryfast as the transcode default; no B-frames so that decode order is display order.
+X264_OPTIONS = {"crf": "23", "preset": "veryfast", "bf": "0", "forced-idr": "1"}
+
+
+class ExportError(SluiceError):
+    """The export cannot be made or failed one of its checks (nothing is published)."""
+
+
+@dataclass
+class ExportReport:
+    out: str
+    episodes: int = 0
+    frames: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    checks: dict[str, bool] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(self.checks.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "out": self.out,
+            "episodes": self.episodes,
+            "frames": self.frames,
+            "ok": self.ok,
+            "checks": self.checks,
+            "skipped": self.skipped,
+            "details": self.details,
+        }
+
+
+def export_dataset_version(
+    engine: Engine, name: str, version: str, out: Path, *, robot_type: str | None = None
+) -> ExportReport:
+    """Export the robot episodes of dataset version ``name@version`` to ``out`` (which must not exist)."""
+    from sqlalchemy import select
+
+    from pipeline.annotate.inputs import episode_inputs, local_file
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.models import DatasetVersion, DatasetVersionEpisode
+    from pipeline.enums import SourceKind
+
+    with session_scope(make_session_factory(engine)) as session:
+        version_id = session.execute(
+            select(DatasetVersion.id).where(DatasetVersion.name == name, DatasetVersion.version == version)
+        ).scalar_one_or_none()
+        if version_id is None:
+            raise ExportError(f"no dataset version {name}@{version} in the catalog")
+        episode_ids = sorted(
+            session.execute(
+                select(DatasetVersionEpisode.episode_id).where(
+                    DatasetVersionEpisode.dataset_version_id == version_id
+                )
+            ).scalars()
+        )
+    refs = episode_inputs(engine, episode_ids)
+    episodes: list[tuple[int, str, EpisodeFrames]] = []
+    skipped = []
+    for episode_id in episode_ids:
+        ref = refs[episode_id]
+        if ref.kind is not SourceKind.MCAP:
+            skipped.append({"episode_id": episode_id, "why": "a video clip has no state or action stream"})
+            continue
+        with local_file(ref.uri) as path:
+            from pipeline.annotate.source import EpisodeSource
+
+            topics = EpisodeSource(episode_id, ref.kind, path, ref.sha256).topics
+            frames = read_episode(path, camera_topics(topics), "/robot/joint_states", "/robot/action")
+        episodes.append((episode_id, ref.task or "", frames))
+    report = write_lerobot(episodes, out, robot_type=robot_type)
+    report.skipped = skipped
+    _write_report(out, report)
+    return report
+
+
+def write_lerobot(
+    episodes: list[tuple[int, str, EpisodeFrames]], out: Path, *, robot_type: str | None = None
+) -> ExportReport:
+    """Write ``(source episode id, task, frames)`` as a LeRobot v3.0 dataset at ``out``; returns the report."""
+    if out.exists():
+        raise ExportError(f"{out} exists; give a new folder (an export is never merged into another)")
+    if not episodes:
+        raise ExportError("no robot episode to export")
+    fps = {e[2].fps for e in episodes}
+    if len(fps) != 1:
+        raise ExportError(f"episodes have different frame rates {sorted(fps)}; one dataset has one fps")
+    cameras = sorted(episodes[0][2].cameras)
+    for source_id, _, frames in episodes:
+        if sorted(frames.cameras) != cameras:
+            raise ExportError(
+                f"episode {source_id} has cameras {sorted(frames.cameras)}, the first has {cameras}"
+            )
+    rate = fps.pop()
+    staging = out.with_name(f".{out.name}.{uuid.uuid4().hex}.part")
+    staging.mkdir(parents=True)
+    try:
+        report = _write(episodes, staging, rate, cameras, robot_type)
+        report.out = str(out)
+        if not report.ok:
+            raise ExportError(f"export checks failed: {[k for k, v in report.checks.items() if not v]}")
+        os.replace(staging, out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return report
+
+
+def _write(
+    episodes: list[tuple[int, str, EpisodeFrames]],
+    root: Path,
+    fps: int,
+    cameras: list[str],
+    robot_type: str | None,
+) -> ExportReport:
+    tasks = sorted({task for _, task, _ in episodes})
+    task_index = {t: i for i, t in enumerate(tasks)}
+    loc = {"chunk_index": 0, "file_index": 0}
+    video_keys = {cam: layout.IMAGE_PREFIX + cam for cam in cameras}
+
+    # data
+    columns: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            layout.STATE_KEY,
+            layout.ACTION_KEY,
+            "timestamp",
+            "frame_index",
+            "episode_index",
+            "index",
+            "task_index",
+        )
+    }
+    episode_rows = []
+    start = 0
+    for ep_index, (source_id, task, frames) in enumerate(episodes):
+        n = frames.length
+        k = np.arange(n)
+        columns[layout.STATE_KEY] += frames.state.tolist()
+        columns[layout.ACTION_KEY] += frames.action.tolist()
+        columns["timestamp"] += (k / fps).astype(np.float32).tolist()
+        columns["frame_index"] += k.tolist()
+        columns["episode_index"] += [ep_index] * n
+        columns["index"] += (start + k).tolist()
+        columns["task_index"] += [task_index[task]] * n
+        stats = _episode_stats(frames)
+        row: dict[str, Any] = {
+            "episode_index": ep_index,
+            "tasks": [task],
+            "length": n,
+            "data/chunk_index": 0,
+            "data/file_index": 0,
+            "dataset_from_index": start,
+            "dataset_to_index": start + n,
+            "meta/episodes/chunk_index": 0,
+            "meta/episodes/file_index": 0,
+            "sluice/source_episode_id": source_id,
+        }
+        for cam in cameras:
+            key = video_keys[cam]
+            row[f"videos/{key}/chunk_index"] = 0
+            row[f"videos/{key}/file_index"] = 0
+            row[f"videos/{key}/from_timestamp"] = start / fps
+            row[f"videos/{key}/to_timestamp"] = (start + n) / fps
+        for feature, values in stats.items():
+            for stat, value in values.items():
+                row[f"stats/{feature}/{stat}"] = np.asarray(value).tolist()
+        episode_rows.append(row)
+        start += n
+    dim_s, dim_a = len(episodes[0][2].state_names), len(episodes[0][2].action_names)
+    data = pa.table(
+        {
+            layout.STATE_KEY: pa.array(columns[layout.STATE_KEY], type=pa.list_(pa.float32(), dim_s)),
+            layout.ACTION_KEY: pa.array(columns[layout.ACTION_KEY], type=pa.list_(pa.float32(), dim_a)),
+            "timestamp": pa.array(columns["timestamp"], type=pa.float32()),
+            "frame_index": pa.array(columns["frame_index"], type=pa.int64()),
+            "episode_index": pa.array(columns["episode_index"], type=pa.int64()),
+            "index": pa.array(columns["index"], type=pa.int64()),
+            "task_index": pa.array(columns["task_index"], type=pa.int64()),
+        }
+    )
+    _parquet(data, root / layout.DATA_PATH.format(**loc))
+    _parquet(pa.Table.from_pylist(episode_rows), root / layout.EPISODES_PATH.format(**loc))
+    _write_tasks(tasks, root / layout.TASKS_PATH)
+
+    # videos
+    shapes = {}
+    for cam in cameras:
+        path = root / layout.VIDEO_PATH.format(video_key=video_keys[cam], **loc)
+        shapes[cam] = _encode_camera(path, [frames.cameras[cam] for _, _, frames in episodes], fps)
+
+    # meta
+    first = episodes[0][2]
+    features: dict[str, Any] = {
+        layout.STATE_KEY: {"dtype": "float32", "shape": [dim_s], "names": first.state_names},
+        layout.ACTION_KEY: {"dtype": "float32", "shape": [dim_a], "names": first.action_names},
+    }
+    for cam in cameras:
+        h, w = shapes[cam]
+        features[video_keys[cam]] = {
+            "dtype": "video",
+            "shape": [h, w, 3],
+            "names": ["height", "width", "channels"],
+            "info": {
+                "video.height": h,
+                "video.width": w,
+                "video.codec": "h264",
+                "video.pix_fmt": "yuv420p",
+                "video.is_depth_map": False,
+                "video.fps": fps,
+                "video.channels": 3,
+                "has_audio": False,
+            },
+        }
+    features.update(layout.DEFAULT_FEATURES)
+    info = {
+        "codebase_version": layout.CODEBASE_VERSION,
+        "robot_type": robot_type,
+        "total_episodes": len(episodes),
+        "total_frames": start,
+        "total_tasks": len(tasks),
+        "chunks_size": layout.CHUNKS_SIZE,
+        "data_files_size_in_mb": layout.DATA_FILES_SIZE_IN_MB,
+        "video_files_size_in_mb": layout.VIDEO_FILES_SIZE_IN_MB,
+        "fps": fps,
+        "splits": {"train": f"0:{len(episodes)}"},
+        "data_path": layout.DATA_PATH,
+        "video_path": layout.VIDEO_PATH,
+        "features": features,
+    }
+    _json(root / layout.INFO_PATH, info)
+    _json(root / layout.STATS_PATH, _aggregate([_episode_stats(f) for _, _, f in episodes]))
+    report = ExportReport(out=str(root), episodes=len(episodes), frames=start)
+    check_export(root, report)
+    return report
+
+
+def check_export(root: Path, report: ExportReport) -> None:
+    """Re-read the export and record each check in ``report`` (frame counts, timestamps, keyframes, layout)."""
+    info = json.loads((root / layout.INFO_PATH).read_text())
+    fps = info["fps"]
+    data = pq.read_table(root / layout.DATA_PATH.format(chunk_index=0, file_index=0))
+    eps = pq.read_table(root / layout.EPISODES_PATH.format(chunk_index=0, file_index=0)).to_pylist()
+    lengths = [e["length"] for e in eps]
+    report.checks["layout"] = (
+        all((root / p).is_file() for p in (layout.INFO_PATH, layout.STATS_PATH, layout.TASKS_PATH))
+        and info["codebase_version"] == layout.CODEBASE_VERSION
+    )
+    report.checks["frames_equal_sum_of_lengths"] = data.num_rows == sum(lengths) == info["total_frames"]
+    frame_index = np.asarray(data.column("frame_index"))
+    timestamp = np.asarray(data.column("timestamp"))
+    report.checks["timestamp_is_frame_index_over_fps"] = bool(
+        np.array_equal(timestamp, (frame_index / fps).astype(np.float32))
+    )
+    report.checks["index_contiguous"] = bool(
+        np.array_equal(np.asarray(data.column("index")), np.arange(data.num_rows))
+    )
+    starts = [e["dataset_from_index"] for e in eps]
+    keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    per_camera = {}
+    for key in keys:
+        path = root / layout.VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            packets = [
+                (int(p.pts), bool(p.is_keyframe)) for p in container.demux(stream) if p.pts is not None
+            ]
+            tb = stream.time_base or Fraction(1, fps)
+        pts_frames = sorted(round(Fraction(pts) * tb * fps) for pts, _ in packets)
+        keyframes = {round(Fraction(pts) * tb * fps) for pts, key in packets if key}
+        per_camera[key] = {
+            "frames": len(packets),
+            "episodes_starting_on_keyframe": sum(s in keyframes for s in starts),
+        }
+        report.checks[f"{key}: frames_equal_sum_of_lengths"] = len(packets) == sum(lengths)
+        report.checks[f"{key}: pts_is_frame_grid"] = pts_frames == list(range(sum(lengths)))
+        report.checks[f"{key}: every_episode_starts_on_keyframe"] = all(s in keyframes for s in starts)
+    report.details = {"fps": fps, "lengths": lengths, "videos": per_camera}
+
+
+def _encode_camera(path: Path, episodes: list[np.ndarray], fps: int) -> tuple[int, int]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    h, w = episodes[0].shape[1:3]
+    eh, ew = h - h % 2, w - w % 2  # yuv420p needs even sizes
+    index = 0
+    with av.open(str(path), "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = ew, eh, "yuv420p"
+        stream.time_base = Fraction(1, fps)
+        stream.options = dict(X264_OPTIONS)
+        for frames in episodes:
+            for i, rgb in enumerate(frames):
+                frame = av.VideoFrame.from_ndarray(
+                    np.ascontiguousarray(rgb[:eh, :ew]), format="rgb24"
+                ).reformat(format="yuv420p")
+                frame.pts, frame.time_base = index, Fraction(1, fps)
+                frame.pict_type = av.video.frame.PictureType.I if i == 0 else av.video.frame.PictureType.NONE
+                container.mux(stream.encode(frame))
+                index += 1
+        container.mux(stream.encode(None))
+    return eh, ew
+
+
+def _feature_stats(values: np.ndarray) -> dict[str, Any]:
+    return {
+        "min": values.min(axis=0),
+        "max": values.max(axis=0),
+        "mean": values.mean(axis=0),
+        "std": values.std(axis=0),
+        "count": np.array([len(values)]),
+    }
+
+
+def _episode_stats(frames: EpisodeFrames) -> dict[str, dict[str, Any]]:
+    stats = {
+        layout.STATE_KEY: _feature_stats(frames.state.astype(np.float64)),
+        layout.ACTION_KEY: _feature_stats(frames.action.astype(np.float64)),
+    }
+    n = frames.length
+    k = np.arange(n, dtype=np.float64)
+    stats["timestamp"] = _feature_stats((k / frames.fps)[:, None])
+    stats["frame_index"] = _feature_stats(k[:, None])
+    for cam, images in frames.cameras.items():
+        # lerobot's image stats: per channel over pixels and frames, in [0, 1], shaped (3, 1, 1)
+        picks = (
+            images[np.unique(np.linspace(0, n - 1, min(n, 100)).round().astype(int))].astype(np.float64)
+            / 255.0
+        )
+        per = picks.transpose(3, 0, 1, 2).reshape(3, -1)
+        stats[layout.IMAGE_PREFIX + cam] = {
+            "min": per.min(axis=1)[:, None, None],
+            "max": per.max(axis=1)[:, None, None],
+            "mean": per.mean(axis=1)[:, None, None],
+            "std": per.std(axis=1)[:, None, None],
+            "count": np.array([len(picks)]),
+        }
+    return stats
+
+
+def _aggregate(per_episode: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Dataset stats from episode stats: count-weighted mean, pooled variance, min of mins, max of maxes."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in per_episode[0]:
+        parts = [e[key] for e in per_episode]
+        counts = np.array([p["count"][0] for p in parts], dtype=np.float64)
+        means = np.stack([p["mean"] for p in parts])
+        shape = (-1,) + (1,) * (means.ndim - 1)
+        weights = counts.reshape(shape)
+        mean = (means * weights).sum(axis=0) / counts.sum()
+        var = ((np.stack([p["std"] for p in parts]) ** 2 + (means - mean) ** 2) * weights).sum(
+            axis=0
+        ) / counts.sum()
+        out[key] = {
+            "min": np.min(np.stack([p["min"] for p in parts]), axis=0).tolist(),
+            "max": np.max(np.stack([p["max"] for p in parts]), axis=0).tolist(),
+            "mean": mean.tolist(),
+            "std": np.sqrt(var).tolist(),
+            "count": [int(counts.sum())],
+        }
+    return out
+
+
+def _write_tasks(tasks: list[str], path: Path) -> None:
+    """tasks.parquet as lerobot reads it with pandas: the task text is the index, ``task_index`` a column."""
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"task_index": range(len(tasks))}, index=pd.Index(tasks, name="task")).to_parquet(path)
+
+
+def _parquet(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="snappy")
+
+
+def _json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=4, default=lambda o: np.asarray(o).tolist()))
+
+
+def _write_report(out: Path, report: ExportReport) -> None:
+    (out / layout.REPORT_PATH).write_text(json.dumps(report.as_dict(), indent=2, default=str))

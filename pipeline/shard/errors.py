@@ -1,0 +1,24 @@
+"""Errors of the shard writer and verifier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipeline.enums import ReasonCode
+from pipeline.errors import InfrastructureError, InputError
+
+
+class ShardVerifyError(InfrastructureError):
+    """A shard does not read back as written (staging) or as recorded (published): never publish or use it."""
+
+    def __init__(self, shard: str, problems: Sequence[str]) -> None:
+        self.shard = shard
+        self.problems = list(problems)
+        super().__init__(f"shard {shard} failed verification: {'; '.join(self.problems[:5])}")
+
+
+class ShardInputError(InputError):
+    """A manifest row cannot become a sample (its artifact is missing, its key fields are malformed)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ReasonCode.SHARD_VERIFY_FAILED.value, detail)

@@ -1,0 +1,8 @@
+"""The export tests build their world with the annotate tests' helper module."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "annotate"))
