@@ -13,7 +13,7 @@ SLUICE := $(VENV)/bin/sluice
 export SLUICE_HOME ?= $(CURDIR)/.sluice
 PYTEST_ARGS ?=
 
-.PHONY: help setup demo test lint typecheck fmt clean bench
+.PHONY: help setup system-tools demo test lint typecheck fmt clean bench
 
 help:
 	@echo "make demo       run the main job end to end (starts and stops its own Postgres)"
@@ -28,10 +28,21 @@ $(VENV)/.synced: pyproject.toml uv.lock
 
 setup: $(VENV)/.synced
 
+# System tools some tests drive (a headless browser for the UI test, compose for the stack file). Installed
+# from Debian's packages when running as root and missing; the tests skip with a reason when they are absent.
+SYSTEM_TOOLS := chromium docker-compose
+system-tools:
+	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing$$missing from Debian's packages"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) \
+			|| echo "could not install$$missing; the tests that need them will skip"; \
+	fi
+
 demo: setup
 	$(SLUICE) demo
 
-test: setup
+test: setup system-tools
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: setup
