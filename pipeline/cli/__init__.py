@@ -28,6 +28,7 @@ COMMAND_GROUPS: dict[str, str] = {
     "docs": "pipeline.cli.docs",
     "shard": "pipeline.cli.shard",
     "export": "pipeline.cli.export",
+    "ops": "pipeline.cli.ops",
 }
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sluice: robot-learning data platform.")
