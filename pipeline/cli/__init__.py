@@ -29,6 +29,9 @@ COMMAND_GROUPS: dict[str, str] = {
     "shard": "pipeline.cli.shard",
     "export": "pipeline.cli.export",
     "ops": "pipeline.cli.ops",
+    "status": "pipeline.cli.status",
+    "lineage": "pipeline.cli.lineage",
+    "report": "pipeline.cli.report",
 }
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sluice: robot-learning data platform.")

@@ -1,0 +1,28 @@
+"""``sluice report RUN``: one self-contained HTML file about a pipeline run, with its plots (opens offline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pipeline.cli._common import console
+
+
+def command(
+    run: str = typer.Argument(..., help="Run id, Airflow run_id, dag_id/run_id, or 'latest'."),
+    out: Path = typer.Option(None, "--out", "-o", help="HTML file to write (default sluice-run-<id>.html)."),
+    bench: list[Path] = typer.Option(
+        [], "--bench", help="A `sluice bench --json` result to include (repeatable)."
+    ),
+) -> None:
+    """Write an HTML report of one run: outcome, toggles, failures, quarantines, quality plots."""
+    from pipeline.report.html import resolve_run, write_report
+    from pipeline.settings import load_settings
+    from pipeline.ui.source import view_sources
+
+    sources = view_sources(load_settings())
+    with console.status("gathering the run and drawing its plots…"):
+        target = out or Path(f"sluice-run-{resolve_run(sources, run).id}.html")
+        path = write_report(sources, run, target, bench_files=bench)
+    console.print(f"report written to {path} ({path.stat().st_size / 1e3:.0f} kB)", highlight=False)

@@ -1,0 +1,1 @@
+"""Plots (:mod:`.plots`, inline SVG from matplotlib) and the self-contained HTML run report (:mod:`.html`)."""
