@@ -12,6 +12,8 @@ from pipeline.steps.base import Step
 STEP_CLASSES: dict[StepName, str] = {
     StepName.INGEST: "pipeline.steps.ingest:IngestStep",
     StepName.QUALITY_PRE: "pipeline.steps.quality_pre:QualityPreStep",
+    StepName.TRANSCODE: "pipeline.steps.transcode:TranscodeStep",
+    StepName.QUALITY_POST: "pipeline.steps.quality_post:QualityPostStep",
     StepName.ANNOTATE: "pipeline.steps.annotate:AnnotateStep",
     StepName.SHARD: "pipeline.steps.shard:ShardStep",
 }

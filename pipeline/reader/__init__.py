@@ -1,0 +1,22 @@
+"""The training-side sample reader for transcoded episodes (no Airflow, no Ray).
+
+with open_episode("derived/transcode/<hash>/<episode>/episode.mcap") as reader:
+    sample = reader.sample(t_ns)          # 2 s of state/actions, 2 frames per camera
+    sample.proprio["/robot/joint_states/resampled"], sample.frames["front"][-1].image
+    sample.counters.read_amplification
+"""
+
+from pipeline.reader.counters import ReadCounters
+from pipeline.reader.index import EpisodeIndex, EpisodeIndexError, build_index
+from pipeline.reader.sample import CameraFrame, EpisodeReader, Sample, open_episode
+
+__all__ = [
+    "CameraFrame",
+    "EpisodeIndex",
+    "EpisodeIndexError",
+    "EpisodeReader",
+    "ReadCounters",
+    "Sample",
+    "build_index",
+    "open_episode",
+]

@@ -1,0 +1,190 @@
+"""The index a sample reader needs, built once per episode from standard MCAP records: the summary's
+chunk indexes and channels, every chunk's message index records, and the ``sluice.frames`` metadata
+(frame types and presentation stamps of each camera, in decode order).
+
+Works on any chunked, indexed MCAP that carries ``sluice.frames``: the transcoded layout and, for
+comparison, the same messages as the stock writer lays them out.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import IO
+
+from mcap.reader import make_reader
+from mcap.records import Channel, ChunkIndex
+
+from pipeline.errors import InputError
+from pipeline.transcode import layout
+
+_MESSAGE_INDEX_OPCODE = 0x07
+_RECORD_HEAD = struct.Struct("<BQ")
+_INDEX_HEAD = struct.Struct("<HI")
+_ENTRY = struct.Struct("<QQ")
+#: Letters of frames later frames may predict from (see pipeline.transcode.h264.frame_letter).
+REFERENCE_LETTERS = frozenset("IiPB")
+KEY_LETTERS = frozenset("Ii")
+
+
+class EpisodeIndexError(InputError):
+    """The file is not a readable transcoded episode (no chunk index, no frame table...)."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        super().__init__("container_error", f"{source}: {problem}")
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    start: int  # file offset of the chunk record
+    length: int  # whole record, header included
+    compression: str
+    compressed_size: int
+    uncompressed_size: int
+
+    @property
+    def records_offset(self) -> int:
+        """File offset of the first byte of the chunk's (possibly compressed) records."""
+        return self.start + self.length - self.compressed_size
+
+
+@dataclass(frozen=True)
+class MessageLoc:
+    """Where one message is: chunk number, offset and length of its record in the uncompressed records."""
+
+    chunk: int
+    offset: int
+    length: int
+    log_time: int
+
+
+@dataclass
+class CameraTable:
+    """One camera: frame letters and presentation stamps in decode order, and where each frame is."""
+
+    name: str
+    topic: str
+    width: int
+    height: int
+    letters: str
+    pts_ns: list[int]
+    locations: list[MessageLoc]
+    display: list[int] = field(default_factory=list)  # decode positions in presentation order
+    display_pts: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.display = sorted(range(len(self.pts_ns)), key=lambda i: self.pts_ns[i])
+        self.display_pts = [self.pts_ns[i] for i in self.display]
+
+    def frame_at(self, time_ns: int) -> int:
+        """Decode position of the frame on screen at ``time_ns`` (the last one shown at or before it; the
+        first frame before the stream starts)."""
+        k = max(bisect.bisect_right(self.display_pts, time_ns) - 1, 0)
+        return self.display[k]
+
+    def dependencies(self, position: int) -> list[int]:
+        """Decode positions needed to decode ``position``: the keyframe that opens its GOP, every reference
+        frame after it, and the frame itself (decode order)."""
+        key = position
+        while key > 0 and self.letters[key] not in KEY_LETTERS:
+            key -= 1
+        needed = [p for p in range(key, position) if self.letters[p] in REFERENCE_LETTERS]
+        needed.append(position)
+        return needed
+
+
+@dataclass
+class EpisodeIndex:
+    source: str
+    chunks: list[ChunkInfo]
+    channels: dict[int, Channel]
+    by_topic: dict[str, list[MessageLoc]]
+    cameras: dict[str, CameraTable]
+    metadata: dict[str, dict[str, str]]
+    proprio_topics: list[str]
+
+    @property
+    def start_ns(self) -> int:
+        return min(c.display_pts[0] for c in self.cameras.values())
+
+    @property
+    def end_ns(self) -> int:
+        return max(c.display_pts[-1] for c in self.cameras.values())
+
+    def window(self, topic: str, start_ns: int, end_ns: int) -> list[MessageLoc]:
+        """Messages of ``topic`` with ``start_ns < log_time <= end_ns`` (file order)."""
+        return [m for m in self.by_topic.get(topic, []) if start_ns < m.log_time <= end_ns]
+
+
+def _message_indexes(fh: IO[bytes], index: ChunkIndex) -> list[tuple[int, int, int]]:
+    """(channel id, log time, offset) of every message of a chunk, from its message index records."""
+    if not index.message_index_offsets:
+        return []
+    start = min(index.message_index_offsets.values())
+    fh.seek(start)
+    data = fh.read(index.message_index_length)
+    out = []
+    pos = 0
+    while pos + _RECORD_HEAD.size <= len(data):
+        opcode, length = _RECORD_HEAD.unpack_from(data, pos)
+        body = pos + _RECORD_HEAD.size
+        if opcode == _MESSAGE_INDEX_OPCODE:
+            channel_id, entries_length = _INDEX_HEAD.unpack_from(data, body)
+            entries = body + _INDEX_HEAD.size
+            for k in range(entries_length // _ENTRY.size):
+                log_time, offset = _ENTRY.unpack_from(data, entries + k * _ENTRY.size)
+                out.append((channel_id, log_time, offset))
+        pos = body + length
+    return out
+
+
+def build_index(fh: IO[bytes], source: str) -> EpisodeIndex:
+    """Read the summary, the message indexes and the metadata of an episode (one pass of small reads)."""
+    reader = make_reader(fh)
+    summary = reader.get_summary()
+    if summary is None or not summary.chunk_indexes:
+        raise EpisodeIndexError(source, "no summary with chunk indexes; not an indexed, chunked MCAP")
+    metadata = {m.name: dict(m.metadata) for m in reader.iter_metadata()}
+    if layout.FRAMES_METADATA not in metadata:
+        raise EpisodeIndexError(source, f"no {layout.FRAMES_METADATA!r} metadata record")
+    chunks: list[ChunkInfo] = []
+    by_channel: dict[int, list[MessageLoc]] = {}
+    for number, index in enumerate(sorted(summary.chunk_indexes, key=lambda i: i.chunk_start_offset)):
+        chunks.append(
+            ChunkInfo(
+                start=index.chunk_start_offset,
+                length=index.chunk_length,
+                compression=index.compression,
+                compressed_size=index.compressed_size,
+                uncompressed_size=index.uncompressed_size,
+            )
+        )
+        entries = _message_indexes(fh, index)
+        # A record runs to the next record's offset; the last to the end of the chunk's records.
+        offsets = sorted({offset for _, _, offset in entries})
+        ends = dict(zip(offsets, [*offsets[1:], index.uncompressed_size], strict=True))
+        for channel_id, log_time, offset in sorted(entries, key=lambda e: e[2]):
+            by_channel.setdefault(channel_id, []).append(
+                MessageLoc(number, offset, ends[offset] - offset, log_time)
+            )
+    by_topic: dict[str, list[MessageLoc]] = {}
+    for channel_id, locations in by_channel.items():
+        by_topic.setdefault(summary.channels[channel_id].topic, []).extend(locations)
+    cameras = {}
+    for name, text in metadata[layout.FRAMES_METADATA].items():
+        table = json.loads(text)
+        locations = by_topic.get(table["topic"], [])
+        if len(locations) != len(table["pts_ns"]):
+            raise EpisodeIndexError(
+                source,
+                f"camera {name}: {len(locations)} messages on {table['topic']} but "
+                f"{len(table['pts_ns'])} frames in the frame table",
+            )
+        cameras[name] = CameraTable(
+            name, table["topic"], table["width"], table["height"], table["types"], table["pts_ns"], locations
+        )
+    transcode = metadata.get(layout.TRANSCODE_METADATA, {})
+    proprio = json.loads(transcode.get("proprio_topics", "[]"))
+    return EpisodeIndex(source, chunks, dict(summary.channels), by_topic, cameras, metadata, proprio)

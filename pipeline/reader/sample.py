@@ -1,0 +1,300 @@
+"""The sample reader: state/action window and K frames per camera at a time t, decoding only what the
+requested frames depend on.
+
+A sample is planned before anything is read: the window's messages and, per camera, the requested frames'
+dependencies (keyframe, reference frames, the frame) are looked up in the index; the message records they
+occupy become byte ranges (a whole chunk when the chunk is compressed, only the records when it is not);
+ranges closer than ``coalesce_gap_bytes`` are fetched as one read. The decoder then gets exactly the
+needed access units in decode order: a random-access episode decodes two anchors and the frame.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import av
+import fsspec
+import lz4.frame
+import numpy as np
+import zstandard
+from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
+
+from pipeline.reader.counters import ReadCounters
+from pipeline.reader.index import CameraTable, ChunkInfo, EpisodeIndex, MessageLoc, build_index
+from pipeline.transcode.cameras import timestamp
+
+NS_PER_S = 1_000_000_000
+#: Ranges this close are fetched as one read (the gap is read too). 256 KiB is what a local NVMe drive
+#: streams in one random-read latency (~0.1 ms at ~2.5 GB/s), and far less than an object store's
+#: time to first byte buys: a second request is never cheaper than reading the gap. Between two ranges of
+#: one sample lie message index records (two adjacent proprio chunks) or the rest of a GOP (two frames on
+#: either side of a keyframe).
+DEFAULT_COALESCE_GAP_BYTES = 256 * 1024
+_MESSAGE_HEAD = struct.Struct("<BQHIQQ")  # opcode, record length, channel, sequence, log time, publish time
+
+
+@dataclass(frozen=True)
+class CameraFrame:
+    stamp_ns: int  # presentation (capture) stamp
+    image: np.ndarray | None  # (H, W, 3) for rgb24; None when the sample was read without decoding
+
+
+@dataclass
+class Sample:
+    """One training sample: decoded state/action messages per topic and frames per camera."""
+
+    t_ns: int
+    proprio: dict[str, list[dict[str, Any]]]
+    frames: dict[str, list[CameraFrame]]
+    counters: ReadCounters = field(default_factory=ReadCounters)
+
+    def array(self, topic: str, name: str) -> np.ndarray:
+        """One field of a topic's window as an array (rows = messages)."""
+        return np.asarray([r[name] for r in self.proprio[topic]], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class _Range:
+    start: int
+    end: int
+
+
+class EpisodeReader:
+    """Opens a transcoded episode once and serves samples from it.
+
+    ``source``: a local path, an fsspec URL or an open binary file. Counters of every sample are summed in
+    :attr:`totals`. Not thread-safe: one reader per dataloader worker.
+    """
+
+    def __init__(
+        self,
+        source: str | Path | IO[bytes],
+        *,
+        storage_options: dict[str, Any] | None = None,
+        coalesce_gap_bytes: int = DEFAULT_COALESCE_GAP_BYTES,
+        pixel_format: str | None = "rgb24",
+    ) -> None:
+        if isinstance(source, str | Path):
+            self._fh: IO[bytes] = fsspec.open(str(source), "rb", **(storage_options or {})).open()
+            self._owns = True
+            name = str(source)
+        else:
+            self._fh, self._owns, name = source, False, getattr(source, "name", "<stream>")
+        self.index: EpisodeIndex = build_index(self._fh, name)
+        self.coalesce_gap_bytes = coalesce_gap_bytes
+        self.pixel_format = pixel_format
+        self.totals = ReadCounters()
+        self._decoders: dict[str, Any] = {}
+        self._zstd = zstandard.ZstdDecompressor()
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._owns:
+            self._fh.close()
+
+    def __enter__(self) -> EpisodeReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- what the episode holds -----------------------------------------------------------------------
+
+    @property
+    def cameras(self) -> list[str]:
+        return list(self.index.cameras)
+
+    @property
+    def proprio_topics(self) -> list[str]:
+        return list(self.index.proprio_topics)
+
+    @property
+    def start_ns(self) -> int:
+        return self.index.start_ns
+
+    @property
+    def end_ns(self) -> int:
+        return self.index.end_ns
+
+    # -- sampling -------------------------------------------------------------------------------------
+
+    def sample(
+        self,
+        t_ns: int,
+        *,
+        window_s: float = 2.0,
+        frames_per_camera: int = 2,
+        frame_stride_s: float = 0.1,
+        topics: Sequence[str] | None = None,
+        cameras: Sequence[str] | None = None,
+        decode: bool = True,
+    ) -> Sample:
+        """The sample at ``t_ns``: messages of ``topics`` (default: the resampled state and actions) with
+        ``t - window < stamp <= t``, and per camera the frames on screen at ``t - (K-1-k) * stride`` for
+        ``k`` in ``0..K-1`` (K = ``frames_per_camera``). ``decode=False`` reads everything the frames need
+        but returns them undecoded (``image`` None): for measuring I/O alone."""
+        counters = ReadCounters(samples=1)
+        topics = self.proprio_topics if topics is None else list(topics)
+        cameras = self.cameras if cameras is None else list(cameras)
+        window_ns = int(window_s * NS_PER_S)
+        wanted: list[tuple[str, MessageLoc]] = []
+        for topic in topics:
+            wanted += [(topic, loc) for loc in self.index.window(topic, t_ns - window_ns, t_ns)]
+        requested: dict[str, list[int]] = {}
+        needed: dict[str, list[int]] = {}
+        for name in cameras:
+            table = self.index.cameras[name]
+            times = [
+                t_ns - int((frames_per_camera - 1 - k) * frame_stride_s * NS_PER_S)
+                for k in range(frames_per_camera)
+            ]
+            requested[name] = [table.frame_at(time) for time in times]
+            positions = sorted({p for r in requested[name] for p in table.dependencies(r)})
+            needed[name] = positions
+            wanted += [(name, table.locations[p]) for p in positions]
+        records = self._fetch([loc for _, loc in wanted], counters)
+        proprio: dict[str, list[dict[str, Any]]] = {topic: [] for topic in topics}
+        units: dict[str, list[bytes]] = {name: [] for name in cameras}
+        for key, loc in wanted:
+            payload = records[(loc.chunk, loc.offset)]
+            if key in proprio:
+                proprio[key].append(json.loads(payload))
+            else:
+                units[key].append(CompressedVideo.FromString(payload).data)
+        if decode:
+            frames = {
+                name: self._decode(
+                    self.index.cameras[name], needed[name], units[name], requested[name], counters
+                )
+                for name in cameras
+            }
+        else:
+            frames = {
+                name: [CameraFrame(self.index.cameras[name].pts_ns[p], None) for p in requested[name]]
+                for name in cameras
+            }
+        self.totals.add(counters)
+        return Sample(t_ns, proprio, frames, counters)
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def _plan(self, locations: Sequence[MessageLoc]) -> tuple[list[_Range], dict[int, _Range]]:
+        """Byte ranges per chunk (whole compressed chunks; only the needed records of uncompressed ones),
+        then those ranges merged into reads."""
+        per_chunk: dict[int, _Range] = {}
+        for loc in locations:
+            chunk = self.index.chunks[loc.chunk]
+            if chunk.compression:
+                rng = _Range(chunk.start, chunk.start + chunk.length)
+            else:
+                base = chunk.records_offset
+                rng = _Range(base + loc.offset, base + loc.offset + loc.length)
+            old = per_chunk.get(loc.chunk)
+            per_chunk[loc.chunk] = (
+                rng if old is None else _Range(min(old.start, rng.start), max(old.end, rng.end))
+            )
+        reads: list[_Range] = []
+        for rng in sorted(per_chunk.values(), key=lambda r: r.start):
+            if reads and rng.start - reads[-1].end <= self.coalesce_gap_bytes:
+                reads[-1] = _Range(reads[-1].start, max(reads[-1].end, rng.end))
+            else:
+                reads.append(rng)
+        return reads, per_chunk
+
+    def _fetch(self, locations: Sequence[MessageLoc], counters: ReadCounters) -> dict[tuple[int, int], bytes]:
+        """Read what ``locations`` need; return each message's payload by (chunk, offset)."""
+        reads, per_chunk = self._plan(locations)
+        fetched: list[tuple[_Range, bytes]] = []
+        for rng in reads:
+            self._fh.seek(rng.start)
+            data = self._fh.read(rng.end - rng.start)
+            counters.reads += 1
+            counters.bytes_read += len(data)
+            fetched.append((rng, data))
+
+        def slice_of(rng: _Range) -> bytes:
+            for outer, data in fetched:
+                if outer.start <= rng.start and rng.end <= outer.end:
+                    return data[rng.start - outer.start : rng.end - outer.start]
+            raise AssertionError("planned range not fetched")
+
+        views: dict[int, tuple[int, bytes]] = {}  # chunk -> (uncompressed offset of view start, bytes)
+        for number, rng in per_chunk.items():
+            chunk = self.index.chunks[number]
+            raw = slice_of(rng)
+            if chunk.compression:
+                records = self._decompress(chunk, raw[chunk.length - chunk.compressed_size :])
+                counters.bytes_decompressed += len(records)
+                views[number] = (0, records)
+            else:
+                counters.bytes_decompressed += len(raw)
+                views[number] = (rng.start - chunk.records_offset, raw)
+        out: dict[tuple[int, int], bytes] = {}
+        for loc in locations:
+            base, data = views[loc.chunk]
+            pos = loc.offset - base
+            _, length, _, _, _, _ = _MESSAGE_HEAD.unpack_from(data, pos)
+            counters.bytes_used += 9 + length
+            out[(loc.chunk, loc.offset)] = bytes(data[pos + _MESSAGE_HEAD.size : pos + 9 + length])
+        return out
+
+    def _decompress(self, chunk: ChunkInfo, data: bytes) -> bytes:
+        if chunk.compression == "zstd":
+            return self._zstd.decompress(data, max_output_size=chunk.uncompressed_size)
+        if chunk.compression == "lz4":
+            return lz4.frame.decompress(data)
+        raise ValueError(f"chunk compression {chunk.compression!r}; allowed: none, lz4, zstd")
+
+    # -- decoding -------------------------------------------------------------------------------------
+
+    def _decoder(self, name: str) -> Any:
+        decoder = self._decoders.get(name)
+        if decoder is None:
+            decoder = av.CodecContext.create("h264", "r")
+            decoder.thread_count = 1  # one frame at a time from a few packets: threads only add latency
+            self._decoders[name] = decoder
+        return decoder
+
+    def _decode(
+        self,
+        table: CameraTable,
+        positions: list[int],
+        units: list[bytes],
+        requested: list[int],
+        counters: ReadCounters,
+    ) -> list[CameraFrame]:
+        decoder = self._decoder(table.name)
+        wanted = set(requested)
+        pictures: dict[int, av.VideoFrame] = {}  # only the requested ones: a long GOP decodes many more
+        decoded = 0
+        for position, data in zip(positions, units, strict=True):
+            packet = av.Packet(data)
+            packet.pts = position
+            for frame in decoder.decode(packet):
+                decoded += 1
+                if timestamp(frame) in wanted:
+                    pictures[timestamp(frame)] = frame
+        for frame in decoder.decode(None):
+            decoded += 1
+            if timestamp(frame) in wanted:
+                pictures[timestamp(frame)] = frame
+        decoder.flush_buffers()  # ready for the next sample's keyframe
+        counters.frames_decoded += decoded
+        out = []
+        for position in requested:
+            frame = pictures[position]
+            image = frame.to_ndarray(format=self.pixel_format) if self.pixel_format else frame.to_ndarray()
+            out.append(CameraFrame(table.pts_ns[position], image))
+            counters.frames_returned += 1
+        return out
+
+
+def open_episode(source: str | Path | IO[bytes], **options: Any) -> EpisodeReader:
+    """Open a transcoded episode for sampling (see :class:`EpisodeReader`)."""
+    return EpisodeReader(source, **options)

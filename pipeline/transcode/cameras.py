@@ -1,0 +1,154 @@
+"""Re-encode one camera: decode the source's H.264 access units, scale, encode per profile.
+
+:func:`encode_camera` is a plain function of picklable values so that cameras can be encoded in separate
+processes (the step's ``resources.cpus`` sets how many); the bytes it returns depend only on its input.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import cast
+
+import av
+from av.video.codeccontext import VideoCodecContext
+
+from pipeline.enums import ReasonCode
+from pipeline.transcode.errors import TranscodeInputError
+from pipeline.transcode.h264 import access_unit_info, frame_letter
+from pipeline.transcode.profiles import X264_THREADS, EncoderSettings, fit_size
+
+log = logging.getLogger(__name__)
+
+#: Scaler used when a camera is larger than max_pixels: area averaging does not alias on downscale.
+SCALE_INTERPOLATION = "AREA"
+
+
+@dataclass(frozen=True)
+class CameraJob:
+    """One camera's source access units (decode order) and how to re-encode them."""
+
+    name: str
+    units: tuple[bytes, ...]
+    rate: Fraction
+    settings: EncoderSettings
+
+
+@dataclass(frozen=True)
+class EncodedUnit:
+    """One output access unit; ``source_index`` is the index of the source access unit its picture came
+    from (so the source's stamp of that unit is the frame's stamp)."""
+
+    display_index: int  # presentation position in the output stream
+    source_index: int
+    data: bytes
+    letter: str  # frame letter, see pipeline.transcode.h264.frame_letter
+
+
+@dataclass(frozen=True)
+class EncodedCamera:
+    name: str
+    width: int
+    height: int
+    source_width: int
+    source_height: int
+    units: tuple[EncodedUnit, ...]  # decode order
+    decoded_frames: int
+
+
+def decode_units(units: Sequence[bytes], *, what: str) -> Iterator[av.VideoFrame]:
+    """Decode Annex B access units in order; each frame's ``pts`` is the index of the unit it came from.
+
+    A unit the decoder refuses raises :class:`TranscodeInputError` (``decode_error``).
+    """
+    decoder = av.CodecContext.create("h264", "r")
+    decoder.thread_count = 1  # one process per camera: threads would only compete with the other encodes
+    for index, data in enumerate(units):
+        packet = av.Packet(data)
+        packet.pts = index
+        try:
+            yield from decoder.decode(packet)
+        except av.FFmpegError as exc:
+            raise TranscodeInputError(
+                ReasonCode.DECODE_ERROR, f"{what}: access unit {index}: {exc}"
+            ) from None
+    try:
+        yield from decoder.decode(None)
+    except av.FFmpegError as exc:
+        raise TranscodeInputError(ReasonCode.DECODE_ERROR, f"{what}: at end of stream: {exc}") from None
+
+
+def make_encoder(width: int, height: int, rate: Fraction, settings: EncoderSettings) -> VideoCodecContext:
+    """A libx264 encoder configured by ``settings`` (raw Annex B out: SPS/PPS repeated before each IDR)."""
+    encoder = cast(VideoCodecContext, av.CodecContext.create("libx264", "w"))
+    encoder.width = width
+    encoder.height = height
+    encoder.pix_fmt = "yuv420p"
+    encoder.time_base = 1 / rate
+    encoder.framerate = rate
+    encoder.thread_count = X264_THREADS
+    encoder.options = settings.x264_options()
+    return encoder
+
+
+def timestamp(item: av.Packet | av.VideoFrame) -> int:
+    """The pts of a packet or frame we stamped ourselves (always set)."""
+    if item.pts is None:
+        raise ValueError(f"{type(item).__name__} without a timestamp")
+    return int(item.pts)
+
+
+def _wrap(packets: Sequence[av.Packet], source_of: Sequence[int]) -> list[EncodedUnit]:
+    out = []
+    for packet in packets:
+        data = bytes(packet)
+        pts = timestamp(packet)
+        out.append(EncodedUnit(pts, source_of[pts], data, frame_letter(access_unit_info(data))))
+    return out
+
+
+def encode_camera(job: CameraJob) -> EncodedCamera:
+    """Decode, scale (to ``max_pixels``) and re-encode one camera's stream; output units in decode order."""
+    encoder = None
+    units: list[EncodedUnit] = []
+    width = height = source_width = source_height = 0
+    # Encoder timestamps are presentation ordinals (x264 wants them rising); this maps them back to the
+    # source unit each frame came from (different when the source itself had B-frames).
+    source_of: list[int] = []
+    for frame in decode_units(job.units, what=f"camera {job.name}"):
+        if encoder is None:
+            source_width, source_height = frame.width, frame.height
+            width, height = fit_size(frame.width, frame.height, job.settings.max_pixels)
+            encoder = make_encoder(width, height, job.rate, job.settings)
+        if (frame.width, frame.height) != (source_width, source_height):
+            raise TranscodeInputError(
+                ReasonCode.DECODE_ERROR,
+                f"camera {job.name}: frame {frame.pts} is {frame.width}x{frame.height}, the stream started "
+                f"at {source_width}x{source_height}; a size change mid-stream is not supported",
+            )
+        if (frame.width, frame.height) == (width, height) and frame.format.name == "yuv420p":
+            out = frame  # nothing to convert: skip the copy
+        else:
+            out = frame.reformat(
+                width=width, height=height, format="yuv420p", interpolation=SCALE_INTERPOLATION
+            )
+        source_of.append(timestamp(frame))
+        out.pts = len(source_of) - 1
+        out.time_base = encoder.time_base
+        out.pict_type = av.video.frame.PictureType.NONE  # let x264 choose: the GOP comes from its params
+        units += _wrap(encoder.encode(out), source_of)
+    if encoder is None:
+        raise TranscodeInputError(ReasonCode.TOO_FEW_FRAMES, f"camera {job.name}: no frame decodes")
+    units += _wrap(encoder.encode(None), source_of)
+    log.debug("camera %s: %d frames decoded, %d units out", job.name, len(source_of), len(units))
+    return EncodedCamera(
+        name=job.name,
+        width=width,
+        height=height,
+        source_width=source_width,
+        source_height=source_height,
+        units=tuple(units),
+        decoded_frames=len(source_of),
+    )

@@ -1,0 +1,151 @@
+"""The post-gate's checks of a video vendor's clips (see :mod:`pipeline.transcode.clips`).
+
+* ``decode`` – every clip decodes end to end, with the frame count its manifest entry says;
+* ``gop`` – keyframes exactly every ``gop_frames`` frames, picture types the profile's;
+* ``duration`` – constant frame rate, and each clip between the minimum and maximum clip length;
+* ``psnr`` – sampled clip frames against the same normalised source frames;
+* ``sha256`` – each clip's digest equals the manifest's.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+
+from pipeline.config import ClipOptions, QualityPost, TranscodeOptions
+from pipeline.enums import ReasonCode
+from pipeline.transcode.clips import Analysis, normalised_frames, read_manifest
+from pipeline.transcode.postgate import CheckOutcome, luma, psnr_db
+from pipeline.transcode.profiles import EncoderSettings, expected_letters
+from pipeline.transcode.publish import sha256_file
+
+
+def _fail(name: str, reason: ReasonCode, detail: str, **observed: Any) -> CheckOutcome:
+    return CheckOutcome(name, False, reason, detail, observed)
+
+
+def check_clips(
+    out_dir: Path, source: Path, options: TranscodeOptions, post: QualityPost
+) -> list[CheckOutcome]:
+    """Every post-gate check of the clips in ``out_dir`` made from ``source``; never raises for bad clips."""
+    try:
+        manifest = read_manifest(out_dir)
+    except (OSError, ValueError) as exc:
+        return [_fail("decode", ReasonCode.TRANSCODE_FAILED, f"no readable clips manifest: {exc}")]
+    clips = options.clips or ClipOptions()
+    settings = EncoderSettings.from_options(options)
+    fps = float(eval_fraction(manifest["fps"]))
+    problems: dict[str, tuple[ReasonCode, str]] = {}
+    observed: dict[str, dict[str, Any]] = {k: {} for k in ("decode", "gop", "duration", "psnr", "sha256")}
+    sampled: dict[tuple[int, int], np.ndarray] = {}
+    for entry in manifest["clips"]:
+        path = out_dir / entry["file"]
+        name = entry["file"]
+        try:
+            with av.open(str(path)) as container:
+                stream = container.streams.video[0]
+                frames = list(container.decode(stream))
+        except (av.FFmpegError, IndexError, OSError) as exc:
+            problems.setdefault("decode", (ReasonCode.DECODE_ERROR, f"{name}: {exc}"))
+            continue
+        n = len(frames)
+        observed["decode"][name] = {"frames": n, "expected": entry["frames"]}
+        if n != entry["frames"]:
+            problems.setdefault(
+                "decode",
+                (ReasonCode.FRAME_COUNT_MISMATCH, f"{name}: {n} frames, manifest says {entry['frames']}"),
+            )
+        letters = "".join(
+            "I" if f.key_frame else av.video.frame.PictureType(int(f.pict_type)).name for f in frames
+        )
+        expected = expected_letters(n, settings).upper()
+        observed["gop"][name] = {"keyframes": letters.count("I"), "gop_frames": settings.gop_frames}
+        if letters != expected:
+            k = (
+                next(i for i, (a, b) in enumerate(zip(letters, expected, strict=False)) if a != b)
+                if len(letters) == len(expected)
+                else 0
+            )
+            problems.setdefault(
+                "gop",
+                (
+                    ReasonCode.GOP_MISMATCH,
+                    f"{name}: frame {k} is {letters[k : k + 1]!r}, expected {expected[k : k + 1]!r}",
+                ),
+            )
+        steps = {round(float(b.time - a.time) * fps, 3) for a, b in pairwise(frames)}
+        duration_s = n / fps
+        observed["duration"][name] = {"duration_s": duration_s, "frame_steps": sorted(steps)}
+        if steps - {1.0} or not (
+            clips.min_clip_duration_s - 1 / fps <= duration_s <= clips.max_clip_duration_s + 1 / fps
+        ):
+            problems.setdefault(
+                "duration",
+                (
+                    ReasonCode.DURATION_MISMATCH,
+                    f"{name}: {duration_s:.3f} s, frame steps {sorted(steps)} (in frames)",
+                ),
+            )
+        for k in np.linspace(0, n - 1, min(post.psnr_sample_frames, n)).round().astype(int):
+            sampled[(entry["index"], int(k))] = luma(frames[k])
+        digest, _ = sha256_file(path)
+        observed["sha256"][name] = digest
+        if digest != entry["sha256"]:
+            problems.setdefault(
+                "sha256",
+                (ReasonCode.TRANSCODE_FAILED, f"{name}: sha256 {digest}, manifest {entry['sha256']}"),
+            )
+    values = _psnr(source, manifest, options, sampled)
+    observed["psnr"] = {"frames": len(values), "min_db": min(values, default=None)}
+    if not values or min(values) < post.min_psnr_db:
+        problems.setdefault(
+            "psnr",
+            (
+                ReasonCode.PSNR_BELOW_THRESHOLD,
+                f"lowest sampled PSNR {min(values, default=0):.2f} dB, threshold {post.min_psnr_db} dB",
+            ),
+        )
+    out = []
+    for name in ("decode", "gop", "duration", "psnr", "sha256"):
+        if name in problems:
+            reason, detail = problems[name]
+            out.append(CheckOutcome(name, False, reason, detail, observed[name]))
+        else:
+            out.append(CheckOutcome(name, True, observed=observed[name]))
+    return out
+
+
+def eval_fraction(text: str) -> float:
+    num, _, den = text.partition("/")
+    return int(num) / int(den or 1)
+
+
+def _psnr(
+    source: Path,
+    manifest: dict[str, Any],
+    options: TranscodeOptions,
+    sampled: dict[tuple[int, int], np.ndarray],
+) -> list[float]:
+    """PSNR of the sampled clip frames against the normalised source frames they were encoded from."""
+    raw = dict(manifest["analysis"])
+    raw["scene_cuts_s"] = tuple(raw["scene_cuts_s"])
+    raw["crop"] = tuple(raw["crop"]) if raw["crop"] else None
+    analysis = Analysis(**raw)
+    bounds = [(c["index"], c["start_s"], c["end_s"]) for c in manifest["clips"]]
+    position: dict[int, int] = {}
+    values = []
+    for frame in normalised_frames(source, analysis, options):
+        t = float(frame.time or 0.0)
+        index = next((i for i, a, b in bounds if a <= t < b), None)
+        if index is None:
+            continue
+        k = position.get(index, 0)
+        position[index] = k + 1
+        picture = sampled.get((index, k))
+        if picture is not None and picture.shape == (frame.height, frame.width):
+            values.append(psnr_db(luma(frame), picture))
+    return values

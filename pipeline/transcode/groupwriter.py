@@ -1,0 +1,144 @@
+"""Topic groups with the stock ``mcap`` writer: chunks that never mix groups, cut where the data says.
+
+The stock writer cuts a chunk when its buffer passes ``chunk_size``; it is given a size it never reaches,
+each group's messages are buffered here, and a group's buffer is written and ``flush()``-ed (which finishes
+the chunk) when the group reaches its target at a unit boundary. A *unit* is what must stay in one chunk:
+for cameras one GOP of every camera, so chunks are cut at GOP boundaries. A group's units are fed in time
+order; feeding one group after the other (:meth:`GroupedWriter.close_group` between them) keeps each
+group's chunks contiguous, feeding them interleaved by time interleaves the groups' chunks.
+
+Compression is per group (video does not compress, JSON state does). The stock writer takes one
+compression for the whole file, so the group's compression is set on it before each flush; the guard in
+:class:`GroupedWriter` fails loudly if a future ``mcap`` release renames that attribute.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Literal
+
+from mcap.writer import CompressionType, Writer
+
+log = logging.getLogger(__name__)
+
+Compression = Literal["none", "lz4", "zstd"]
+_COMPRESSION = {"none": CompressionType.NONE, "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD}
+#: A chunk size the stock writer never reaches: this module decides every cut.
+NEVER_CUT_BYTES = 1 << 62
+#: Bytes of a message record besides its payload (opcode, length, channel, sequence, two times).
+MESSAGE_OVERHEAD_BYTES = 1 + 8 + 2 + 4 + 8 + 8
+_COMPRESSION_ATTR = "_Writer__compression"
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Chunking of one topic group: cut once the buffer holds ``target_bytes`` (uncompressed)."""
+
+    target_bytes: int
+    compression: Compression = "zstd"
+
+
+@dataclass(frozen=True)
+class OutMessage:
+    channel_id: int
+    log_time: int
+    publish_time: int
+    data: bytes
+    sequence: int = 0
+
+
+@dataclass
+class _Buffer:
+    messages: list[OutMessage] = field(default_factory=list)
+    size_bytes: int = 0
+
+
+@dataclass
+class ChunkRecord:
+    """What was cut: for tests and logs."""
+
+    group: str
+    messages: int
+    size_bytes: int
+
+
+class GroupedWriter:
+    """An MCAP writer whose chunks each hold one topic group. Use: ``start``, register schemas/channels,
+    ``add_metadata``, ``add`` units in time order, ``finish``."""
+
+    def __init__(self, output: IO[bytes], groups: Mapping[str, GroupSpec], *, library: str) -> None:
+        self._writer = Writer(output, chunk_size=NEVER_CUT_BYTES, compression=CompressionType.NONE)
+        if not hasattr(self._writer, _COMPRESSION_ATTR):
+            raise RuntimeError(
+                "this mcap release keeps the chunk compression elsewhere; per-group compression needs an "
+                "update of pipeline.transcode.groupwriter"
+            )
+        self._groups = dict(groups)
+        self._buffers = {name: _Buffer() for name in groups}
+        self._library = library
+        self.chunks: list[ChunkRecord] = []
+
+    @property
+    def writer(self) -> Writer:
+        """The stock writer, for schema/channel registration and metadata."""
+        return self._writer
+
+    def start(self, profile: str = "") -> None:
+        self._writer.start(profile=profile, library=self._library)
+
+    def register_schema(self, name: str, encoding: str, data: bytes) -> int:
+        return self._writer.register_schema(name=name, encoding=encoding, data=data)
+
+    def register_channel(
+        self, topic: str, message_encoding: str, schema_id: int, metadata: Mapping[str, str] | None = None
+    ) -> int:
+        return self._writer.register_channel(
+            topic=topic, message_encoding=message_encoding, schema_id=schema_id, metadata=dict(metadata or {})
+        )
+
+    def add_metadata(self, name: str, data: Mapping[str, str]) -> None:
+        self._writer.add_metadata(name, dict(data))
+
+    def add(self, group: str, unit: Sequence[OutMessage]) -> None:
+        """Add one unit (messages that must share a chunk) to ``group``; cut the group first if full."""
+        if (
+            self._buffers[group].messages
+            and self._buffers[group].size_bytes >= self._groups[group].target_bytes
+        ):
+            self._cut(group)
+        buffer = self._buffers[group]
+        for message in unit:
+            buffer.messages.append(message)
+            buffer.size_bytes += len(message.data) + MESSAGE_OVERHEAD_BYTES
+
+    def close_group(self, group: str) -> None:
+        """Cut what ``group`` has buffered (its next chunk then starts with the next unit added)."""
+        self._cut(group)
+
+    def _cut(self, group: str) -> None:
+        buffer = self._buffers[group]
+        if not buffer.messages:
+            return
+        # Time-major inside the chunk; the stable sort keeps each channel's own order on equal times.
+        ordered = sorted(buffer.messages, key=lambda m: m.log_time)
+        for m in ordered:
+            self._writer.add_message(
+                m.channel_id,
+                log_time=m.log_time,
+                data=m.data,
+                publish_time=m.publish_time,
+                sequence=m.sequence,
+            )
+        setattr(self._writer, _COMPRESSION_ATTR, _COMPRESSION[self._groups[group].compression])
+        self._writer.flush()
+        self.chunks.append(ChunkRecord(group, len(ordered), buffer.size_bytes))
+        self._buffers[group] = _Buffer()
+
+    def finish(self) -> None:
+        """Cut what is left (earliest group first) and write the summary."""
+        left = [(b.messages[0].log_time, g) for g, b in self._buffers.items() if b.messages]
+        for _, group in sorted(left):
+            self._cut(group)
+        self._writer.finish()

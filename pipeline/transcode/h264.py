@@ -1,0 +1,94 @@
+"""Just enough of the H.264 bitstream to audit a GOP: NAL unit headers and the first slice's type.
+
+The decoder's ``pict_type`` says what a frame is; the NAL header says whether other frames may reference it
+(``nal_ref_idc``), which the dependency-decoupled layout relies on and the decoder does not report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NAL_SLICE = 1
+NAL_IDR = 5
+_VCL = (NAL_SLICE, NAL_IDR)
+#: slice_type % 5 -> picture type letter (SP and SI slices count as P and I).
+_SLICE_TYPES = {0: "P", 1: "B", 2: "I", 3: "P", 4: "I"}
+
+
+@dataclass(frozen=True)
+class AccessUnitInfo:
+    """What one Annex B access unit holds."""
+
+    picture_type: str  # "I", "P" or "B" (first slice)
+    idr: bool
+    reference: bool  # nal_ref_idc != 0: later frames may predict from it
+
+
+def _nal_units(data: bytes) -> list[tuple[int, int]]:
+    """``(header_offset, end)`` of every NAL unit after a 3- or 4-byte start code."""
+    starts = []
+    i = data.find(b"\x00\x00\x01")
+    while i >= 0:
+        starts.append(i + 3)
+        i = data.find(b"\x00\x00\x01", i + 3)
+    return [(s, (starts[k + 1] - 3) if k + 1 < len(starts) else len(data)) for k, s in enumerate(starts)]
+
+
+def _unescape(payload: bytes) -> bytes:
+    return payload.replace(b"\x00\x00\x03", b"\x00\x00")
+
+
+class _Bits:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._pos = 0
+
+    def bit(self) -> int:
+        byte = self._data[self._pos >> 3]
+        value = (byte >> (7 - (self._pos & 7))) & 1
+        self._pos += 1
+        return value
+
+    def ue(self) -> int:
+        """Unsigned Exp-Golomb code."""
+        zeros = 0
+        while self.bit() == 0:
+            zeros += 1
+            if zeros > 31:
+                raise ValueError("Exp-Golomb code longer than 32 bits")
+        value = 1
+        for _ in range(zeros):
+            value = (value << 1) | self.bit()
+        return value - 1
+
+
+def access_unit_info(data: bytes) -> AccessUnitInfo:
+    """Picture type, IDR flag and reference flag of an Annex B access unit (from its first slice NAL).
+
+    Raises ``ValueError`` when the unit holds no slice.
+    """
+    for start, end in _nal_units(data):
+        header = data[start]
+        nal_type = header & 0x1F
+        if nal_type not in _VCL:
+            continue
+        # first_mb_in_slice and slice_type are the first two Exp-Golomb codes; 16 bytes hold both.
+        bits = _Bits(_unescape(data[start + 1 : min(end, start + 17)]))
+        bits.ue()
+        slice_type = bits.ue() % 5
+        return AccessUnitInfo(
+            picture_type=_SLICE_TYPES[slice_type],
+            idr=nal_type == NAL_IDR,
+            reference=((header >> 5) & 0x3) != 0,
+        )
+    raise ValueError("access unit holds no slice NAL unit")
+
+
+def frame_letter(info: AccessUnitInfo) -> str:
+    """One letter per frame for the frame table: ``I`` (IDR), ``i`` (non-IDR I), ``P``, ``B`` (reference
+    B) or ``b`` (non-reference B)."""
+    if info.picture_type == "I":
+        return "I" if info.idr else "i"
+    if info.picture_type == "B":
+        return "B" if info.reference else "b"
+    return "P"

@@ -1,0 +1,78 @@
+"""Write to a temporary name, verify, publish by rename: a reader sees a whole output or nothing.
+
+The staging file lives in a staging folder on the same filesystem as the output (the store's ``tmp/``
+area for steps), so that publishing is one atomic ``os.replace``. A process killed at any point leaves at
+most an orphan in the staging folder, never a partial file under the output's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from pipeline.transcode.errors import PublishError
+
+#: Read size for hashing outputs: large enough to amortise call overhead, small enough to stay cache-warm.
+HASH_BLOCK_BYTES = 8 << 20
+
+
+def staging_path(final: Path, staging_dir: Path | None = None) -> Path:
+    """A fresh, unique staging name for ``final`` (hidden, ``.part``), in ``staging_dir`` or beside it."""
+    folder = staging_dir if staging_dir is not None else final.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f".{final.name}.{uuid.uuid4().hex}.part"
+
+
+@contextlib.contextmanager
+def staged(final: Path, staging_dir: Path | None = None) -> Iterator[Path]:
+    """Yield a staging path; it is removed if the block raises (a kill -9 leaves it in the staging dir)."""
+    path = staging_path(final, staging_dir)
+    try:
+        yield path
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        raise
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(staging: Path, final: Path) -> None:
+    """Make ``staging`` durable and rename it to ``final`` (atomic; an identical earlier output is replaced
+    by the same bytes, since outputs are deterministic)."""
+    try:
+        fsync_file(staging)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging, final)
+        fsync_dir(final.parent)
+    except OSError as exc:
+        raise PublishError(str(final), str(exc)) from exc
+
+
+def sha256_file(path: Path) -> tuple[str, int]:
+    """sha256 (hex) and size of a file."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(HASH_BLOCK_BYTES):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size

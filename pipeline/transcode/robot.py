@@ -1,0 +1,372 @@
+"""Robot-log transcode: one source MCAP in, one training-shaped MCAP out (see :mod:`.layout`).
+
+Cameras are decoded and re-encoded per profile (in encoder processes when an executor is given), state and
+actions are resampled once onto a fixed-rate grid, everything is written in topic groups, time-major, to a
+staging file that is read back and checked before it is published under its final name. The output
+depends only on the source bytes, the config and the code: same input and config, same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
+from google.protobuf.timestamp_pb2 import Timestamp
+from mcap.reader import make_reader
+from mcap_protobuf.schema import register_schema
+
+from pipeline.config import StampSource, TopicContract, TranscodeOptions, VendorConfig
+from pipeline.enums import ReasonCode, SourceKind
+from pipeline.errors import UnknownChoiceError
+from pipeline.transcode import layout
+from pipeline.transcode.cameras import CameraJob, EncodedCamera, encode_camera
+from pipeline.transcode.errors import OutputVerifyError, TranscodeInputError
+from pipeline.transcode.groupwriter import GroupedWriter, GroupSpec, OutMessage
+from pipeline.transcode.profiles import EncoderSettings
+from pipeline.transcode.publish import publish, sha256_file, staged
+from pipeline.transcode.resample import Resampled, clean_series, grid, resample
+from pipeline.transcode.source import SourceCamera, SourceEpisode, read_source
+
+log = logging.getLogger(__name__)
+
+_GROUP_ORDER = {name: i for i, name in enumerate(layout.FILE_ORDER)}
+
+
+@dataclass(frozen=True)
+class RobotTranscodeConfig:
+    """What the robot transcode reads of a vendor config: the profile, the topic contract, the truth stamp."""
+
+    options: TranscodeOptions
+    contract: TopicContract
+    truth: StampSource
+
+    @classmethod
+    def from_vendor(cls, vendor: VendorConfig) -> RobotTranscodeConfig:
+        if vendor.kind is not SourceKind.MCAP or vendor.topics is None:
+            raise UnknownChoiceError("vendor kind for a robot-log transcode", vendor.kind.value, ["mcap"])
+        return cls(vendor.transcode, vendor.topics, vendor.timestamps.truth)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an output came from; written into its ``sluice.transcode`` metadata record."""
+
+    source_sha256: str
+    config_hash: str
+    code_version: str
+    calibration_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CameraSummary:
+    name: str
+    topic: str
+    source_frames: int
+    frames: int
+    width: int
+    height: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class TranscodeResult:
+    path: Path
+    sha256: str
+    size_bytes: int
+    cameras: tuple[CameraSummary, ...]
+    resampled_messages: dict[str, int]
+    chunks: dict[str, int]
+    seconds: float
+
+
+def transcode_episode(
+    source: Path,
+    out: Path,
+    config: RobotTranscodeConfig,
+    provenance: Provenance,
+    *,
+    executor: Executor | None = None,
+    staging_dir: Path | None = None,
+) -> TranscodeResult:
+    """Transcode the robot log ``source`` into ``out`` (published atomically; see the module docstring).
+
+    ``executor``: where camera encodes run (a process pool sized by the step's CPUs); ``None`` encodes in
+    this process. Bad input raises :class:`TranscodeInputError` or
+    :class:`~pipeline.mcaplog.McapInputError`; a staging file that does not read back raises
+    :class:`OutputVerifyError`.
+    """
+    started = time.perf_counter()
+    episode = read_source(source, config.contract, config.truth)
+    settings = EncoderSettings.from_options(config.options)
+    jobs = [CameraJob(c.name, tuple(c.units), c.rate, settings) for c in episode.cameras]
+    if executor is not None:
+        futures = [executor.submit(encode_camera, job) for job in jobs]
+        resampled = _resample(episode, config.options.resample_rate_hz)  # while the cameras encode
+        encoded = [f.result() for f in futures]
+    else:
+        encoded = [encode_camera(job) for job in jobs]
+        resampled = _resample(episode, config.options.resample_rate_hz)
+    with staged(out, staging_dir) as staging:
+        counts, chunks = _write(staging, episode, encoded, resampled, config, provenance)
+        verify_written(staging, counts)
+        sha256, size = sha256_file(staging)
+        publish(staging, out)
+    cameras = tuple(
+        CameraSummary(
+            name=cam.name,
+            topic=src.topic,
+            source_frames=len(src.units),
+            frames=len(cam.units),
+            width=cam.width,
+            height=cam.height,
+            size_bytes=sum(len(u.data) for u in cam.units),
+        )
+        for src, cam in zip(episode.cameras, encoded, strict=True)
+    )
+    seconds = time.perf_counter() - started
+    log.info("transcoded %s -> %s in %.2f s (%s)", source, out, seconds, settings.profile.value)
+    return TranscodeResult(
+        path=out,
+        sha256=sha256,
+        size_bytes=size,
+        cameras=cameras,
+        resampled_messages={r.topic: len(r.records) for r in resampled},
+        chunks=chunks,
+        seconds=seconds,
+    )
+
+
+def _resample(episode: SourceEpisode, rate_hz: float | None) -> list[Resampled]:
+    series = [clean_series(s) for s in (*episode.state, *episode.actions)]
+    if rate_hz is None or not series:
+        return []
+    instants = grid(series, rate_hz)
+    if len(instants) < 2:
+        raise TranscodeInputError(
+            ReasonCode.RESAMPLE_ERROR,
+            f"state and action streams overlap for less than two {rate_hz:g} Hz periods",
+        )
+    return [resample(s, instants) for s in series]
+
+
+def decode_times(presentation_ns: Sequence[int]) -> list[int]:
+    """Log times for access units in decode order: rising, and never after the unit's own presentation
+    stamp (a decode time stamp). Equal to the presentation stamps when there are no B-frames."""
+    ordered = sorted(presentation_ns)
+    suffix_min = list(presentation_ns)
+    for i in range(len(suffix_min) - 2, -1, -1):
+        suffix_min[i] = min(suffix_min[i], suffix_min[i + 1])
+    return [min(a, b) for a, b in zip(ordered, suffix_min, strict=True)]
+
+
+def _timestamp(stamp_ns: int) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(stamp_ns)
+    return ts
+
+
+def _camera_units(
+    src: SourceCamera, cam: EncodedCamera, channel_id: int, gop_frames: int
+) -> dict[int, list[OutMessage]]:
+    """The camera's messages by GOP (display index // gop_frames): closed GOPs are contiguous in decode
+    order, so a GOP's messages all belong in one chunk."""
+    presentation = [src.stamps_ns[u.source_index] for u in cam.units]
+    by_gop: dict[int, list[OutMessage]] = {}
+    for unit, stamp, log_time in zip(cam.units, presentation, decode_times(presentation), strict=True):
+        payload = CompressedVideo(
+            timestamp=_timestamp(stamp), frame_id=cam.name, data=unit.data, format="h264"
+        ).SerializeToString()
+        by_gop.setdefault(unit.display_index // gop_frames, []).append(
+            OutMessage(channel_id, log_time=log_time, publish_time=stamp, data=payload)
+        )
+    return by_gop
+
+
+def frame_table(src: SourceCamera, cam: EncodedCamera) -> dict[str, Any]:
+    """The ``sluice.frames`` entry of a camera: frame letters and presentation stamps in decode order."""
+    return {
+        "topic": src.topic,
+        "width": cam.width,
+        "height": cam.height,
+        "types": "".join(u.letter for u in cam.units),
+        "pts_ns": [src.stamps_ns[u.source_index] for u in cam.units],
+    }
+
+
+def _json_bytes(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def _write(
+    path: Path,
+    episode: SourceEpisode,
+    encoded: Sequence[EncodedCamera],
+    resampled: Sequence[Resampled],
+    config: RobotTranscodeConfig,
+    provenance: Provenance,
+) -> tuple[dict[str, int], dict[str, int]]:
+    options = config.options
+    targets = options.chunk_target_bytes
+    groups = {
+        layout.GROUP_CAMERAS: GroupSpec(int(targets.cameras), options.compression.cameras),
+        layout.GROUP_PROPRIO: GroupSpec(int(targets.proprio), options.compression.proprio),
+        # Native streams are archive copies: chunked and compressed like the proprio group.
+        layout.GROUP_NATIVE: GroupSpec(int(targets.proprio), options.compression.proprio),
+    }
+    counts: dict[str, int] = {}
+    units: list[tuple[int, int, int, str, list[OutMessage]]] = []
+
+    def unit(time_ns: int, group: str, messages: list[OutMessage]) -> None:
+        units.append((_GROUP_ORDER[group], time_ns, len(units), group, messages))
+
+    with open(path, "wb") as fh:
+        writer = GroupedWriter(fh, groups, library=layout.LIBRARY)
+        writer.start()
+        _write_metadata(writer, episode, encoded, resampled, config, provenance)
+        video_schema = register_schema(writer.writer, CompressedVideo)
+        for src, cam in zip(episode.cameras, encoded, strict=True):
+            channel = writer.register_channel(
+                src.topic,
+                "protobuf",
+                video_schema,
+                {layout.GROUP_KEY: layout.GROUP_CAMERAS, layout.SOURCE_TOPIC_KEY: src.topic},
+            )
+            counts[src.topic] = len(cam.units)
+            for _, messages in sorted(_camera_units(src, cam, channel, options.gop_frames).items()):
+                unit(min(m.log_time for m in messages), layout.GROUP_CAMERAS, messages)
+        schema_ids: dict[str, int] = {}
+        for topic, schema in episode.schemas.items():
+            schema_ids[topic] = (
+                0 if schema is None else writer.register_schema(schema.name, schema.encoding, schema.data)
+            )
+        for r in resampled:
+            source_channel = episode.channels[r.topic]
+            topic = layout.resampled_topic(r.topic)
+            channel = writer.register_channel(
+                topic,
+                source_channel.message_encoding,
+                schema_ids[r.topic],
+                {
+                    layout.GROUP_KEY: layout.GROUP_PROPRIO,
+                    layout.SOURCE_TOPIC_KEY: r.topic,
+                    layout.RESAMPLE_RATE_KEY: f"{options.resample_rate_hz:g}",
+                    layout.INTERPOLATION_KEY: json.dumps(r.methods, sort_keys=True),
+                },
+            )
+            counts[topic] = len(r.records)
+            for seq, (stamp, record) in enumerate(zip(r.stamps_ns.tolist(), r.records, strict=True)):
+                unit(
+                    stamp, layout.GROUP_PROPRIO, [OutMessage(channel, stamp, stamp, _json_bytes(record), seq)]
+                )
+        native_ids: dict[str, int] = {}
+        for topic, source_channel in episode.channels.items():
+            if topic in {c.topic for c in episode.cameras}:
+                continue
+            native_ids[topic] = writer.register_channel(
+                topic,
+                source_channel.message_encoding,
+                schema_ids.get(topic, 0),
+                {**source_channel.metadata, layout.GROUP_KEY: layout.GROUP_NATIVE},
+            )
+        for m in episode.native:
+            counts[m.topic] = counts.get(m.topic, 0) + 1
+            unit(
+                m.log_time,
+                layout.GROUP_NATIVE,
+                [OutMessage(native_ids[m.topic], m.log_time, m.publish_time, m.data, m.sequence)],
+            )
+        units.sort(key=lambda u: u[:3])
+        previous = None
+        for _, _, _, group, messages in units:
+            if previous is not None and group != previous:
+                writer.close_group(previous)
+            writer.add(group, messages)
+            previous = group
+        writer.finish()
+    chunks: dict[str, int] = {}
+    for chunk in writer.chunks:
+        chunks[chunk.group] = chunks.get(chunk.group, 0) + 1
+    return counts, chunks
+
+
+def _write_metadata(
+    writer: GroupedWriter,
+    episode: SourceEpisode,
+    encoded: Sequence[EncodedCamera],
+    resampled: Sequence[Resampled],
+    config: RobotTranscodeConfig,
+    provenance: Provenance,
+) -> None:
+    if layout.EPISODE_METADATA in episode.metadata:
+        writer.add_metadata(layout.EPISODE_METADATA, episode.metadata[layout.EPISODE_METADATA])
+    settings = EncoderSettings.from_options(config.options)
+    record = {
+        "source_sha256": provenance.source_sha256,
+        "config_hash": provenance.config_hash,
+        "code_version": provenance.code_version,
+        "calibration_id": provenance.calibration_id or "",
+        "truth": config.truth.value,
+        **settings.describe(),
+        "max_pixels": str(config.options.max_pixels),
+        "resample_rate_hz": ""
+        if config.options.resample_rate_hz is None
+        else f"{config.options.resample_rate_hz:g}",
+        "interpolation": json.dumps(
+            {layout.resampled_topic(r.topic): r.methods for r in resampled}, sort_keys=True
+        ),
+        "cameras": json.dumps(
+            {
+                cam.name: {
+                    "topic": src.topic,
+                    "width": cam.width,
+                    "height": cam.height,
+                    "source_width": cam.source_width,
+                    "source_height": cam.source_height,
+                    "frames": len(cam.units),
+                    "source_frames": len(src.units),
+                }
+                for src, cam in zip(episode.cameras, encoded, strict=True)
+            },
+            sort_keys=True,
+        ),
+        "proprio_topics": json.dumps([layout.resampled_topic(r.topic) for r in resampled]),
+        "groups": json.dumps(list(layout.GROUPS)),
+    }
+    writer.add_metadata(layout.TRANSCODE_METADATA, record)
+    frames = {
+        cam.name: json.dumps(frame_table(src, cam), separators=(",", ":"))
+        for src, cam in zip(episode.cameras, encoded, strict=True)
+    }
+    writer.add_metadata(layout.FRAMES_METADATA, frames)
+
+
+def verify_written(path: Path, expected_counts: dict[str, int]) -> None:
+    """Read a written episode back (CRCs checked) and compare message counts per topic; check that no
+    chunk mixes topic groups."""
+    try:
+        with open(path, "rb") as fh:
+            reader = make_reader(fh, validate_crcs=True)
+            summary = reader.get_summary()
+            counts: dict[str, int] = {}
+            for _, channel, _ in reader.iter_messages(log_time_order=False):
+                counts[channel.topic] = counts.get(channel.topic, 0) + 1
+    except Exception as exc:  # the stock reader raises bare struct, EOF and CRC errors
+        raise OutputVerifyError(str(path), f"{type(exc).__name__}: {exc}") from exc
+    if counts != expected_counts:
+        diff = {t: (counts.get(t, 0), n) for t, n in expected_counts.items() if counts.get(t, 0) != n}
+        raise OutputVerifyError(str(path), f"message counts (read, written) differ: {diff}")
+    assert summary is not None
+    for index in summary.chunk_indexes:
+        groups = {summary.channels[c].metadata.get(layout.GROUP_KEY) for c in index.message_index_offsets}
+        if len(groups) != 1:
+            raise OutputVerifyError(
+                str(path),
+                f"chunk at {index.chunk_start_offset} mixes topic groups {sorted(map(str, groups))}",
+            )

@@ -1,0 +1,38 @@
+"""Both benchmarks run end to end at a tiny size and report their headline keys (no speed is judged here)."""
+
+from __future__ import annotations
+
+import math
+
+from pipeline.bench import read, transcode
+from pipeline.settings import load_settings
+
+READ_KEYS = (
+    "read_amplification",
+    "decompress_amplification",
+    "reads_per_sample",
+    "baseline_read_amplification",
+    "baseline_decompress_amplification",
+    "baseline_reads_per_sample",
+    "decoded_frames_per_frame_random_access",
+    "decoded_frames_per_frame_vla",
+    "decoded_frames_per_frame_world_model",
+    "random_access_speedup",
+)
+
+
+def test_read_bench_reports_every_headline_key() -> None:
+    results = read.run("tiny", load_settings())
+    for key in READ_KEYS:
+        assert isinstance(results[key], float) and math.isfinite(results[key]), key
+    assert results["samples"] == 20
+    assert results["decoded_frames_per_frame_random_access"] <= 3.0
+    assert results["decoded_frames_per_frame_world_model"] > results["decoded_frames_per_frame_vla"]
+    assert results["baseline_read_amplification"] > results["read_amplification"]
+    assert all(p["post_gate_passed"] for p in results["profiles"].values())
+
+
+def test_transcode_bench_reports_its_ratio() -> None:
+    results = transcode.run("tiny", load_settings())
+    assert isinstance(results["transcode_ratio"], float) and results["transcode_ratio"] > 0
+    assert results["frames"] == 90  # 1 s, 3 cameras at 30 Hz
