@@ -32,6 +32,9 @@ COMMAND_GROUPS: dict[str, str] = {
     "status": "pipeline.cli.status",
     "lineage": "pipeline.cli.lineage",
     "report": "pipeline.cli.report",
+    "dataset": "pipeline.cli.dataset",
+    "query": "pipeline.cli.query",
+    "warehouse": "pipeline.cli.warehouse",
 }
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sluice: robot-learning data platform.")

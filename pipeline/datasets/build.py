@@ -1,0 +1,221 @@
+"""``build(spec)``: a new immutable dataset version from the warehouse, recorded in the catalog.
+
+One build, in one catalog transaction that holds a per-dataset advisory lock (two builders of one dataset
+run one after the other; builders of different datasets do not wait):
+
+1. read the frozen evaluation set of the dataset from the catalog;
+2. select the rows in the warehouse (:mod:`.select`), on a read-only sandboxed connection;
+3. write the manifest (:func:`pipeline.manifest.write_manifest`: Arrow IPC + Parquet, sha256, rows) to a
+   staging folder;
+4. if the dataset's latest version has the same spec hash and the same manifest sha256, nothing changed:
+   return that version (``created=False``) and discard the staging copy;
+5. otherwise publish the files by rename under ``manifests/<dataset>/<version>/`` in the store, then record
+   the version, both manifest files, the episodes with their splits, and the lineage: the manifest as an
+   artifact whose inputs are the transcoded artifacts it points at and the raw blobs they came from.
+
+Same spec over the same catalog gives byte-identical files (the selection is ordered and the writer is
+deterministic), so step 4 is also what makes repeated builds idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+import zlib
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow.compute as pc
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from pipeline.catalog.engine import make_session_factory, session_scope
+from pipeline.catalog.models import ManifestFormat
+from pipeline.catalog.outputs import (
+    INSERT_CHUNK_ROWS,
+    add_dataset_episodes,
+    create_dataset_version,
+    record_artifact,
+    record_manifest,
+)
+from pipeline.datasets.errors import DatasetBuildError
+from pipeline.datasets.select import Selection, select_rows
+from pipeline.datasets.spec import DatasetSpec, spec_hash
+from pipeline.datasets.versions import DatasetVersion, frozen_eval_episodes, latest_version, next_version
+from pipeline.enums import ArtifactKind
+from pipeline.errors import StoreError
+from pipeline.manifest.format import (
+    IPC_FILE_NAME,
+    PARQUET_FILE_NAME,
+    ManifestFiles,
+    fsync_dir,
+    write_manifest,
+)
+from pipeline.store import MANIFESTS, TMP, Store
+from pipeline.version import code_version
+from pipeline.warehouse.connection import WarehouseLimits, open_warehouse
+
+log = logging.getLogger(__name__)
+
+#: First key of the per-dataset advisory locks (``pg_advisory_xact_lock(int4, int4)``); any fixed int4.
+DATASET_LOCK_NAMESPACE = 0x0DA7A5E7
+
+
+def build(
+    spec: DatasetSpec,
+    *,
+    engine: Engine,
+    warehouse_path: Path | str,
+    store: Store,
+    limits: WarehouseLimits | None = None,
+) -> DatasetVersion:
+    """Build a new version of ``spec``'s dataset (or return the latest one if it is identical).
+
+    ``engine`` must be allowed to write dataset versions (the ingest writer role is); the warehouse should
+    be synced first (``pipeline.warehouse.sync``) so that it shows the catalog's current state.
+    """
+    digest = spec_hash(spec)
+    with session_scope(make_session_factory(engine)) as session:
+        _lock(session, spec.name)
+        frozen = frozen_eval_episodes(session, spec.name)
+        con = open_warehouse(warehouse_path, read_only=True, limits=limits)
+        try:
+            selection = select_rows(con, spec, frozen)
+        finally:
+            con.close()
+        if selection.table.num_rows == 0:
+            raise DatasetBuildError(
+                spec.name, f"no episode left to put in a version (counts: {selection.counts})"
+            )
+        staging = _staging_dir(store)
+        try:
+            files = write_manifest(selection.manifest_table(), staging)
+            latest = latest_version(session, spec.name)
+            if latest and latest.spec_hash == digest and latest.manifest_sha256 == files.ipc_sha256:
+                log.info("dataset %s: unchanged since %s", spec.name, latest.ref)
+                return replace(latest, created=False, counts=selection.counts)
+            version = next_version(session, spec.name)
+            key = f"{MANIFESTS}/{spec.name}/{version}"
+            ipc_uri, parquet_uri = _publish(store, staging, key)
+            result = _record(session, spec, digest, version, files, ipc_uri, parquet_uri, selection)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    log.info(
+        "dataset %s: built %s with %d rows (%s)", spec.name, result.ref, result.row_count, result.split_counts
+    )
+    return result
+
+
+def _lock(session: Session, name: str) -> None:
+    key = zlib.crc32(name.encode()) - 2**31  # into int4's range
+    session.execute(select(func.pg_advisory_xact_lock(DATASET_LOCK_NAMESPACE, key)))
+
+
+def _staging_dir(store: Store) -> Path:
+    # On a local store, stage inside it so that publishing is a rename on one filesystem.
+    if store.local:
+        path = Path(store.path(f"{TMP}/manifest-{uuid.uuid4().hex}"))
+        path.mkdir(parents=True)
+        return path
+    return Path(tempfile.mkdtemp(prefix="sluice-manifest-"))
+
+
+def _publish(store: Store, staging: Path, key: str) -> tuple[str, str]:
+    """Move the staged files to ``key``; returns the IPC and Parquet URIs.
+
+    The version is not recorded yet and this builder holds the dataset's lock, so anything already at
+    ``key`` is the leftover of a build that published but failed to record: it is replaced.
+    """
+    final = store.path(key)
+    try:
+        if store.local:
+            target = Path(final)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():
+                log.warning("replacing unrecorded leftover manifest folder %s", target)
+                shutil.rmtree(target)
+            os.rename(staging, target)
+            fsync_dir(target.parent)
+        else:
+            if store.fs.exists(final):
+                log.warning("replacing unrecorded leftover manifest folder %s", final)
+                store.fs.rm(final, recursive=True)
+            for name in (IPC_FILE_NAME, PARQUET_FILE_NAME):
+                store.fs.put_file(str(staging / name), f"{final}/{name}")
+    except OSError as exc:
+        raise StoreError(f"cannot publish the manifest to {store.url(key)}: {exc}") from exc
+    return store.url(f"{key}/{IPC_FILE_NAME}"), store.url(f"{key}/{PARQUET_FILE_NAME}")
+
+
+def _record(
+    session: Session,
+    spec: DatasetSpec,
+    digest: str,
+    version: str,
+    files: ManifestFiles,
+    ipc_uri: str,
+    parquet_uri: str,
+    selection: Selection,
+) -> DatasetVersion:
+    version_id = create_dataset_version(
+        session, name=spec.name, version=version, spec_hash=digest, spec=spec.model_dump(mode="json")
+    )
+    for fmt, uri, sha, size in (
+        (ManifestFormat.ARROW_IPC, ipc_uri, files.ipc_sha256, files.ipc_size_bytes),
+        (ManifestFormat.PARQUET, parquet_uri, files.parquet_sha256, files.parquet_size_bytes),
+    ):
+        record_manifest(
+            session, dataset_version_id=version_id, format=fmt, uri=uri, sha256=sha, size_bytes=size,
+            row_count=files.num_rows,
+        )  # fmt: skip
+    add_dataset_episodes(session, version_id, _episode_splits(selection))
+    _record_lineage(session, ipc_uri, files, digest, selection)
+    return DatasetVersion(
+        id=version_id,
+        name=spec.name,
+        version=version,
+        spec_hash=digest,
+        created_at=None,
+        manifest_uri=ipc_uri,
+        manifest_sha256=files.ipc_sha256,
+        parquet_uri=parquet_uri,
+        parquet_sha256=files.parquet_sha256,
+        row_count=files.num_rows,
+        split_counts=selection.split_counts(),
+        created=True,
+        counts=selection.counts,
+    )
+
+
+def _episode_splits(selection: Selection) -> Iterator[tuple[int, str]]:
+    """(episode id, split) pairs, converted batch by batch instead of all at once."""
+    pairs = selection.table.select(["episode_id_int", "split"])
+    for batch in pairs.to_batches(max_chunksize=INSERT_CHUNK_ROWS):
+        yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+
+
+def _record_lineage(
+    session: Session, ipc_uri: str, files: ManifestFiles, digest: str, selection: Selection
+) -> None:
+    """The manifest as an artifact made from its episodes' transcoded artifacts and their raw blobs."""
+    artifacts = sorted(pc.unique(selection.table.column("transcoded_artifact_id")).to_pylist())
+    blobs = sorted(pc.unique(selection.table.column("blob_id")).to_pylist())
+    # record_artifact inserts its inputs in one statement, so they go in chunks, one call each: calls with the
+    # same URI and sha256 add inputs to the same artifact.
+    calls: list[tuple[list[int], list[int]]] = [(chunk, []) for chunk in _chunks(artifacts)]
+    calls += [([], chunk) for chunk in _chunks(blobs)]
+    for artifact_ids, blob_ids in calls or [([], [])]:
+        record_artifact(
+            session, kind=ArtifactKind.MANIFEST, uri=ipc_uri, sha256=files.ipc_sha256,
+            size_bytes=files.ipc_size_bytes, step=None, config_hash=digest, code_version=code_version(),
+            input_artifact_ids=artifact_ids, input_blob_ids=blob_ids,
+        )  # fmt: skip
+
+
+def _chunks(ids: list[int]) -> list[list[int]]:
+    return [ids[i : i + INSERT_CHUNK_ROWS] for i in range(0, len(ids), INSERT_CHUNK_ROWS)]

@@ -1,0 +1,248 @@
+"""Choosing a dataset version's rows in the warehouse: filter, sample, group, split, limit, order.
+
+The steps, all deterministic (same spec + same warehouse + same frozen set = same rows in the same order):
+
+1. **Filter**: rows of ``episode_view`` matching ``filter.where`` with its parameters bound. Rows that cannot
+   be trained on (no transcoded artifact, no start or end time) are dropped and counted as ``unusable``.
+2. **Sample**: keep an episode when ``sha256("<seed>:<episode id>")``, read as a number in [0, 1), is below
+   ``sample.fraction``. Independent per episode; the same episode keeps its fate across versions.
+3. **Group** (:mod:`.groups`), then **split** by ``sha256("<seed>:<group key>")`` in [0, 1):
+   ``eval`` below ``eval_fraction``, ``val`` below ``eval_fraction + val_fraction``, else ``train``.
+4. **Frozen evaluation**: once a version of this dataset has eval episodes, that set is frozen. Later
+   versions put those episodes in eval whatever the spec now says (sampling does not drop them; if the
+   filter no longer matches one, it is dropped and counted as ``eval_dropped``), add no new episode to eval,
+   and hold out (leave out of every split, counted as ``held_out``) any other episode of a group that holds a
+   frozen one, so that nothing near an evaluation episode is trained on. New groups whose hash falls in the
+   eval range are shared between val and train in the spec's val : train proportion.
+5. **Limits**, in sample order (frozen eval first): at most ``max_episodes_per_group`` per group, then at
+   most ``max_episodes`` and ``max_total_duration_s`` in all. Frozen eval episodes are never cut.
+6. **Order**: train, then val, then eval; within each, sample order (a stable pseudo-random order, so
+   contiguous rank slices mix sessions), then episode id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.datasets.errors import DatasetBuildError
+from pipeline.datasets.groups import group_keys
+from pipeline.datasets.spec import DatasetSpec, select_sql
+from pipeline.enums import Split
+from pipeline.manifest import format as mf
+
+if TYPE_CHECKING:
+    import duckdb
+
+log = logging.getLogger(__name__)
+
+#: Hex digits of a sha256 read as a number: 15 digits = 60 bits, exact in DuckDB's UBIGINT and a DOUBLE's
+#: 53-bit mantissa loses only sub-2^-53 detail.
+HASH_HEX_DIGITS = 15
+HASH_SCALE = float(16**HASH_HEX_DIGITS)
+
+#: Columns kept after the manifest's required ones (the split group too, so users can audit the splits).
+EXTRA_COLUMNS = ("robot_id", "session_id", "task", "group_key")
+#: Lineage columns carried alongside the rows but not written into the manifest file.
+LINEAGE_COLUMNS = ("episode_id_int", "transcoded_artifact_id", "blob_id")
+
+# Temp relations on the (read-only, sandboxed) build connection.
+_MATCHED = "_sluice_matched"
+_FROZEN = "_sluice_frozen"
+_GROUPS = "_sluice_groups"
+_ASSIGNED = "_sluice_assigned"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The rows of a version (manifest columns + :data:`LINEAGE_COLUMNS`) and what each step dropped."""
+
+    table: pa.Table
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def manifest_table(self) -> pa.Table:
+        return self.table.drop_columns(list(LINEAGE_COLUMNS))
+
+    def split_counts(self) -> dict[str, int]:
+        return {s.value: _count_split(self.table, s) for s in Split}
+
+
+def _count_split(table: pa.Table, split: Split) -> int:
+    return int(pc.sum(pc.equal(table.column(mf.SPLIT), split.value)).as_py() or 0)
+
+
+def hash_unit(column_sql: str, seed_param: str) -> str:
+    """SQL for ``sha256("<seed>:<value>")`` read as a number in [0, 1) (see :func:`unit_hash`)."""
+    digest = f"sha256(concat(${seed_param}, ':', {column_sql}))"
+    return f"('0x' || left({digest}, {HASH_HEX_DIGITS}))::UBIGINT / {HASH_SCALE!r}"
+
+
+def unit_hash(seed: int, value: object) -> float:
+    """The Python twin of :func:`hash_unit`, for tests and audits."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{seed}:{value}".encode()).hexdigest()
+    return int(digest[:HASH_HEX_DIGITS], 16) / HASH_SCALE
+
+
+def select_rows(
+    con: duckdb.DuckDBPyConnection, spec: DatasetSpec, frozen_eval: Iterable[int] | None
+) -> Selection:
+    """The rows of a new version of ``spec`` on a warehouse connection (see the module doc).
+
+    ``frozen_eval`` is the frozen evaluation set of this dataset, or None when no version has one yet.
+    """
+    import duckdb
+
+    frozen_ids = sorted(set(frozen_eval)) if frozen_eval is not None else []
+    try:
+        matched, unusable = _match(con, spec)
+        con.register(_FROZEN, pa.table({"episode_id": pa.array(frozen_ids, pa.int64())}))
+        sampled = _sample(con, spec)
+        keys = group_keys(sampled, spec.splits.group_by)
+        con.register(_GROUPS, pa.table({"episode_id": sampled.column("episode_id"), "group_key": keys}))
+        table, held_out = _split_and_limit(con, spec, eval_frozen=frozen_eval is not None)
+    except duckdb.Error as exc:
+        text = str(exc).strip().splitlines()[0]
+        raise DatasetBuildError(spec.name, f"selecting episodes in the warehouse failed: {text}") from None
+    finally:
+        _drop_staging(con)
+    kept_frozen = _count_split(table, Split.EVAL) if frozen_eval is not None else 0
+    counts = {
+        "matched": matched,
+        "unusable": unusable,
+        "sampled_out": matched - unusable - sampled.num_rows,
+        "held_out": held_out,
+        "limited_out": sampled.num_rows - held_out - table.num_rows,
+        "eval_dropped": len(frozen_ids) - kept_frozen,
+        "rows": table.num_rows,
+    }
+    log.info("dataset %s: %s", spec.name, counts)
+    return Selection(table=table, counts=counts)
+
+
+def _match(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> tuple[int, int]:
+    """Stage the filter's matches in a temp table; returns (matched, unusable)."""
+    columns = (
+        "episode_id, vendor, robot_id, session_id, task, content_fingerprint, duplicate_of_id, "
+        "start_time_ns, end_time_ns, duration_s, source_sha256, blob_id, transcoded_uri, "
+        "transcoded_artifact_id, quality_sync, quality_completeness, quality_visual, quality_motion, "
+        "quality_transcode, "
+        "transcoded_uri IS NOT NULL AND start_time_ns IS NOT NULL AND end_time_ns IS NOT NULL AS usable, "
+        f"{hash_unit('episode_id', '_sample_seed')} AS sample_u"
+    )
+    query = f"CREATE OR REPLACE TEMP TABLE {_MATCHED} AS {select_sql(spec.filter.where, columns)}"
+    params = {**spec.filter.bound_params(), "_sample_seed": str(spec.sample.seed)}
+    con.execute(query, params)
+    rows = con.execute(f"SELECT count(*), count(*) FILTER (WHERE NOT usable) FROM {_MATCHED}").fetchall()
+    return int(rows[0][0]), int(rows[0][1])
+
+
+def _sample(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> pa.Table:
+    """The usable matches kept by sampling (frozen eval episodes always), with the grouping columns."""
+    columns = ", ".join(("m.episode_id", "m.duplicate_of_id", *(f"m.{c}" for c in spec.splits.group_by)))
+    query = (
+        f"SELECT {columns} FROM {_MATCHED} AS m LEFT JOIN {_FROZEN} AS f USING (episode_id) "
+        "WHERE m.usable AND (f.episode_id IS NOT NULL OR m.sample_u < $fraction) ORDER BY m.episode_id"
+    )
+    return con.sql(query, params={"fraction": spec.sample.fraction}).to_arrow_table()
+
+
+_ASSIGN_SQL = f"""
+CREATE OR REPLACE TEMP TABLE {_ASSIGNED} AS
+WITH grouped AS (
+    SELECT m.*, g.group_key, f.episode_id IS NOT NULL AS frozen,
+           bool_or(f.episode_id IS NOT NULL) OVER (PARTITION BY g.group_key) AS group_frozen,
+           {hash_unit("g.group_key", "split_seed")} AS split_u
+    FROM {_MATCHED} AS m
+    JOIN {_GROUPS} AS g USING (episode_id)
+    LEFT JOIN {_FROZEN} AS f USING (episode_id)
+)
+SELECT *, CASE
+    WHEN frozen THEN 'eval'
+    WHEN group_frozen THEN NULL
+    WHEN split_u < $eval_fraction AND NOT $eval_frozen THEN 'eval'
+    WHEN split_u < $eval_fraction THEN
+        CASE WHEN split_u / $eval_fraction < $val_share THEN 'val' ELSE 'train' END
+    WHEN split_u < $eval_fraction + $val_fraction THEN 'val'
+    ELSE 'train'
+END AS split
+FROM grouped
+"""
+
+_LIMIT_SQL = f"""
+WITH per_group AS (
+    SELECT *, row_number() OVER (PARTITION BY group_key ORDER BY frozen DESC, sample_u, episode_id) AS in_group
+    FROM {_ASSIGNED}
+    WHERE split IS NOT NULL
+), capped AS (
+    SELECT * FROM per_group WHERE frozen OR $max_per_group IS NULL OR in_group <= $max_per_group
+), running AS (
+    SELECT *,
+        row_number() OVER sample_order AS n_running,
+        sum(duration_s) OVER (sample_order ROWS UNBOUNDED PRECEDING) AS duration_s_running
+    FROM capped
+    WINDOW sample_order AS (ORDER BY frozen DESC, sample_u, episode_id)
+)
+SELECT
+    CAST(episode_id AS VARCHAR) AS {mf.EPISODE_ID},
+    transcoded_uri AS {mf.URI},
+    start_time_ns AS {mf.START_NS},
+    end_time_ns AS {mf.END_NS},
+    duration_s AS {mf.DURATION_S},
+    vendor AS {mf.VENDOR},
+    CAST(quality_sync AS FLOAT) AS {mf.QUALITY_SYNC},
+    CAST(quality_completeness AS FLOAT) AS {mf.QUALITY_COMPLETENESS},
+    CAST(quality_visual AS FLOAT) AS {mf.QUALITY_VISUAL},
+    CAST(quality_motion AS FLOAT) AS {mf.QUALITY_MOTION},
+    CAST(quality_transcode AS FLOAT) AS {mf.QUALITY_TRANSCODE},
+    split AS {mf.SPLIT},
+    source_sha256 AS {mf.SOURCE_SHA256},
+    robot_id, session_id, task, group_key,
+    episode_id AS episode_id_int, transcoded_artifact_id, blob_id
+FROM running
+WHERE frozen OR (
+    ($max_episodes IS NULL OR n_running <= $max_episodes)
+    AND ($max_duration_s IS NULL OR duration_s_running <= $max_duration_s)
+)
+ORDER BY CASE split WHEN 'train' THEN 0 WHEN 'val' THEN 1 ELSE 2 END, sample_u, episode_id
+"""
+
+
+def _split_and_limit(
+    con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, eval_frozen: bool
+) -> tuple[pa.Table, int]:
+    """The final rows, and how many episodes were held out next to frozen evaluation ones."""
+    splits, limits = spec.splits, spec.limits
+    assign = {
+        "split_seed": str(splits.seed),
+        "eval_fraction": splits.eval_fraction,
+        "val_fraction": splits.val_fraction,
+        "eval_frozen": eval_frozen,
+        # New groups in the eval range once eval is frozen: val's share of what is not eval.
+        "val_share": splits.val_fraction / (1.0 - splits.eval_fraction),
+    }
+    con.execute(_ASSIGN_SQL, assign)
+    held_out = con.execute(f"SELECT count(*) FROM {_ASSIGNED} WHERE split IS NULL").fetchall()[0][0]
+    bounds = {
+        "max_per_group": limits.max_episodes_per_group,
+        "max_episodes": limits.max_episodes,
+        "max_duration_s": limits.max_total_duration_s,
+    }
+    return con.sql(_LIMIT_SQL, params=bounds).to_arrow_table(), int(held_out)
+
+
+def _drop_staging(con: duckdb.DuckDBPyConnection) -> None:
+    import duckdb
+
+    for name in (_FROZEN, _GROUPS):
+        with contextlib.suppress(duckdb.Error):  # not registered when the build failed before
+            con.unregister(name)
+    for name in (_MATCHED, _ASSIGNED):
+        con.execute(f"DROP TABLE IF EXISTS {name}")

@@ -1,0 +1,40 @@
+"""Errors of the warehouse layer (children of the tree in :mod:`pipeline.errors`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.errors import DatabaseError, InfrastructureError, SluiceError
+
+
+class WarehouseBusyError(InfrastructureError):
+    """The warehouse file is locked by another process (a sync writes it, or a reader holds it open)."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        self.path = path
+        super().__init__(
+            f"warehouse {path} is in use by another process ({detail}); DuckDB allows one writing process "
+            "or several reading ones at a time: retry when the running sync or query has finished"
+        )
+
+
+class WarehouseMissingError(SluiceError, FileNotFoundError):
+    """A read was asked of a warehouse that was never synced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(f"no warehouse at {path}; create it with `sluice dataset sync` (or warehouse sync)")
+
+
+class SyncSourceError(DatabaseError):
+    """The catalog cannot be read for a sync (unreachable, or its schema is behind the code's)."""
+
+
+class QueryError(SluiceError, ValueError):
+    """A warehouse query was refused or failed: bad SQL, a missing parameter, or the sandbox said no."""
+
+    def __init__(self, sql: str, detail: str) -> None:
+        self.sql = sql
+        self.detail = detail
+        shown = sql if len(sql) <= 200 else sql[:197] + "..."
+        super().__init__(f"query refused or failed: {detail}\n  query: {shown}")

@@ -1,0 +1,107 @@
+"""The warehouse sandbox: no file access, no writes from queries, no way to unlock it; values are bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from sqlalchemy.engine import Engine
+from synthetic_catalog import SyntheticCatalog
+
+from pipeline.warehouse import QueryError, WarehouseMissingError, open_warehouse, run_query, sync
+
+pytestmark = pytest.mark.integration
+
+INJECTION = "x'; DROP TABLE catalog.episodes; --"
+
+
+@pytest.fixture
+def synced(catalog: SyntheticCatalog, catalog_engine: Engine, warehouse_path: Path) -> Path:
+    with catalog.session() as s:
+        for i in range(3):
+            catalog.episode(s, vendor="acme", session_id=f"s{i}")
+    sync(catalog_engine, warehouse_path)
+    return warehouse_path
+
+
+def test_query_cannot_read_an_arbitrary_file(synced: Path) -> None:
+    with pytest.raises(QueryError, match="disabled by configuration"):
+        run_query(synced, "SELECT * FROM read_csv('/etc/passwd')")
+    with pytest.raises(QueryError, match="disabled by configuration"):
+        run_query(synced, "SELECT count(*) FROM glob('/etc/*')")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TABLE catalog.stolen AS SELECT 1",
+        "DROP TABLE catalog.episodes",
+        "SELECT 1; DROP TABLE catalog.episodes",
+        "COPY catalog.episodes TO '/tmp/episodes.csv'",
+        "SET enable_external_access = true",
+    ],
+)
+def test_query_refuses_anything_but_one_select(synced: Path, sql: str) -> None:
+    with pytest.raises(QueryError):
+        run_query(synced, sql)
+    assert run_query(synced, "SELECT count(*) AS n FROM catalog.episodes").table.to_pylist() == [{"n": 3}]
+
+
+def test_the_connection_itself_refuses_writes_files_and_unlocking(synced: Path, tmp_path: Path) -> None:
+    """Below the statement check: SQL that reaches the read-only connection still cannot do harm."""
+    target = tmp_path / "out.csv"
+    con = open_warehouse(synced, read_only=True)
+    try:
+        with pytest.raises(duckdb.Error, match="read-only"):
+            con.execute("INSERT INTO catalog.vendors (id, name) VALUES (99, 'x')")
+        with pytest.raises(duckdb.Error, match="read-only"):
+            con.execute("DELETE FROM catalog.episodes")
+        with pytest.raises(duckdb.Error, match="disabled by configuration"):
+            con.execute(f"COPY (SELECT 1) TO '{target}'")
+        with pytest.raises(duckdb.Error, match="disabled by configuration"):
+            con.execute(f"ATTACH '{tmp_path / 'other.duckdb'}' AS other")
+        with pytest.raises(duckdb.Error, match="locked"):
+            con.execute("SET enable_external_access = true")
+        with pytest.raises(duckdb.Error, match="locked"):
+            con.execute("SET memory_limit = '100GB'")
+        with pytest.raises(duckdb.Error):
+            con.execute("INSTALL httpfs")
+    finally:
+        con.close()
+    assert not target.exists()
+
+
+def test_the_sync_connection_is_sandboxed_too(synced: Path, tmp_path: Path) -> None:
+    con = open_warehouse(synced, read_only=False)
+    try:
+        with pytest.raises(duckdb.Error, match="disabled by configuration"):
+            con.execute("SELECT * FROM read_csv('/etc/passwd')")
+        with pytest.raises(duckdb.Error, match="disabled by configuration"):
+            con.execute(f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'")
+    finally:
+        con.close()
+
+
+def test_parameter_values_are_bound_not_executed(synced: Path) -> None:
+    result = run_query(
+        synced, "SELECT count(*) AS n FROM episode_view WHERE vendor = $vendor", {"vendor": INJECTION}
+    )
+    assert result.table.to_pylist() == [{"n": 0}]
+    result = run_query(
+        synced, "SELECT count(*) AS n FROM episode_view WHERE vendor = $vendor", {"vendor": "acme"}
+    )
+    assert result.table.to_pylist() == [{"n": 3}]
+
+
+def test_results_are_capped(synced: Path) -> None:
+    result = run_query(synced, "SELECT * FROM range(100000)", max_rows=1000)
+    assert result.table.num_rows == 1000
+    assert result.truncated
+    assert not run_query(synced, "SELECT * FROM range(10)", max_rows=1000).truncated
+
+
+def test_a_missing_warehouse_is_named(tmp_path: Path) -> None:
+    with pytest.raises(WarehouseMissingError, match="no warehouse at"):
+        run_query(tmp_path / "none.duckdb", "SELECT 1")
+    assert not (tmp_path / "none.duckdb").exists()
