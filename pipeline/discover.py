@@ -140,7 +140,9 @@ def discover(
             real = os.path.realpath(full_path)
             if os.path.commonpath([real, real_root]) != real_root:
                 result.passed_over.append(
-                    PassedOver(rel, "outside_root", f"resolves to {real}, outside the vendor root {real_root}")
+                    PassedOver(
+                        rel, "outside_root", f"resolves to {real}, outside the vendor root {real_root}"
+                    )
                 )
                 continue
             if not os.path.isfile(real):
@@ -154,8 +156,12 @@ def discover(
                 )
                 continue
         result.candidates.append(Candidate(rel, full_path, int(info["size"]), info.get("mtime")))
-    log.info("discovered %d candidates (%d passed over) under %s", len(result.candidates),
-             len(result.passed_over), root)
+    log.info(
+        "discovered %d candidates (%d passed over) under %s",
+        len(result.candidates),
+        len(result.passed_over),
+        root,
+    )
     return result
 
 

@@ -1,7 +1,9 @@
 """Ingest a vendor without Airflow: discover, land and register, then gate. What ``sluice ingest`` runs.
 
 The Airflow DAG runs the same steps batch by batch (:mod:`pipeline.orchestrate`); this function is the
-one-machine path for the CLI, the demo and tests: one batch, the local runner (or Ray).
+one-machine path for the CLI, the demo and tests: one batch, the local runner (or Ray). Files that
+discovery passed over (still being written, outside the vendor root, not regular files) are listed in the
+report with the reason, never dropped silently; every discovered file ends with exactly one episode row.
 """
 
 from __future__ import annotations
@@ -9,23 +11,30 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.discover import Discovery, discover
 from pipeline.enums import StepName
 from pipeline.steps.base import StepContext, WorkItem
+from pipeline.steps.ingest import catalog_path
 from pipeline.steps.runner import StepSummary, run_step
+
+if TYPE_CHECKING:
+    from pipeline.config import VendorConfig
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class IngestReport:
+    """What one ingest of a vendor did: discovery, per-step counts and the states its files are in."""
+
     vendor: str
     discovered: int
     discovered_bytes: int
     passed_over: list[dict[str, str]] = field(default_factory=list)
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    states: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -34,10 +43,11 @@ class IngestReport:
             "discovered_bytes": self.discovered_bytes,
             "passed_over": self.passed_over,
             "steps": self.steps,
+            "states": self.states,
         }
 
 
-def discover_vendor(vendor: Any, ctx: StepContext, *, settle_s: float | None = None) -> Discovery:
+def discover_vendor(vendor: VendorConfig, ctx: StepContext, *, settle_s: float | None = None) -> Discovery:
     """The vendor's finished files, by its globs, inside its root."""
     import fsspec
 
@@ -54,7 +64,7 @@ def discover_vendor(vendor: Any, ctx: StepContext, *, settle_s: float | None = N
 
 
 def ingest_vendor(
-    vendor: Any,
+    vendor: VendorConfig,
     ctx: StepContext,
     *,
     executor: str = "local",
@@ -62,7 +72,12 @@ def ingest_vendor(
     gate: bool = True,
     on_step: Callable[[str, StepSummary], None] | None = None,
 ) -> IngestReport:
-    """Discover, ingest and (unless ``gate`` is False) pre-gate every ready file of a vendor."""
+    """Discover, ingest and (unless ``gate`` is False) pre-gate every ready file of a vendor.
+
+    Safe to run again (files already done are skipped) and to run twice at once (registration is
+    serialised per vendor in the catalog). Raises :class:`pipeline.steps.runner.StepFailedError` when some
+    items hit infrastructure faults; the others are recorded and a re-run continues with the rest.
+    """
     from pipeline.steps.registry import step_class
 
     found = discover_vendor(vendor, ctx, settle_s=settle_s)
@@ -72,6 +87,10 @@ def ingest_vendor(
         discovered_bytes=found.total_bytes,
         passed_over=[{"path": p.path, "why": p.why, "detail": p.detail} for p in found.passed_over],
     )
+    for over in found.passed_over:
+        log.warning(
+            "%s: passed over %r (%s): %s", vendor.name, catalog_path(over.path), over.why, over.detail
+        )
     items = [WorkItem(key=c.path, source_path=c.path, size_bytes=c.size_bytes) for c in found.candidates]
     steps = [StepName.INGEST] + ([StepName.QUALITY_PRE] if gate else [])
     for name in steps:
@@ -80,4 +99,17 @@ def ingest_vendor(
         report.steps[name.value] = summary.as_dict()
         if on_step is not None:
             on_step(name.value, summary)
+    report.states = file_states(vendor, ctx, [c.path for c in found.candidates])
     return report
+
+
+def file_states(vendor: VendorConfig, ctx: StepContext, paths: list[str]) -> dict[str, int]:
+    """How many of the inputs registered for ``paths`` (every version of each) are in each state."""
+    from pipeline.steps.ingest import IngestStep, registered_episodes
+
+    counts: dict[str, int] = {}
+    known = registered_episodes(ctx.engine, IngestStep(vendor, ctx).vendor_id, paths)
+    for versions in known.values():
+        for reg in versions:
+            counts[reg.state] = counts.get(reg.state, 0) + 1
+    return dict(sorted(counts.items()))

@@ -1,10 +1,17 @@
 """The ``ingest`` step: land each discovered file in the raw store and register it, exactly once.
 
 Per file: stream it into ``raw/<sha256>`` (hashed while copying, re-read and verified, published
-atomically), then in one short transaction register the blob, the vendor path as its alias and the
-episode that stands for this input. The same bytes under another name make that episode a ``duplicate``
-of the first. Constraints make every write an idempotent upsert; a per-vendor advisory lock serialises the
-registration of two runs of the same vendor, and a per-blob lock decides which of two names is the original.
+atomically; see :meth:`pipeline.store.Store.land`), then in one short transaction register the blob, the
+vendor path as its alias and the episode that stands for this input. The same bytes under another name make
+that episode a ``duplicate`` of the first (empty files excepted: each is quarantined as ``zero_bytes``).
+Constraints make every write an idempotent upsert; a per-vendor advisory lock serialises the registration
+of two runs of the same vendor, and a per-blob lock decides which of two names is the original, also
+across vendors.
+
+A path keeps the content it was first registered with. When a vendor re-delivers different bytes under a
+known path, the new content is a new input: it is registered under the alias ``<path>#sha256=<first 16 hex
+digits>`` and gets an episode (and a state) of its own, so that nothing is dropped and nothing is
+overwritten. Path text is stored as UTF-8 with undecodable name bytes written as ``\\xNN``.
 
 Probing and gating happen in ``quality_pre``; an episode leaves ingest ``pending`` (or ``duplicate``).
 """
@@ -12,17 +19,51 @@ Probing and gating happen in ``quality_pre``; an episode leaves ingest ``pending
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from pipeline.enums import FileState, StepName
 from pipeline.steps.base import Step, StepResult, WorkItem
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 log = logging.getLogger(__name__)
 
 #: First key of the per-vendor advisory lock (``pg_advisory_xact_lock(int4, int4)``); any fixed int4.
 VENDOR_LOCK_NAMESPACE = 0x5100E
+#: Separates a path from the content of a later version delivered under the same path.
+VERSION_MARK = "#sha256="
+#: Hex digits of the sha256 in a version alias: 64 bits, so two versions of one path never collide.
+VERSION_DIGITS = 16
+
+
+def catalog_path(path: str) -> str:
+    """The text the catalog stores for a vendor path.
+
+    File names are bytes; the local filesystem hands undecodable ones to Python as lone surrogates, which
+    Postgres cannot store. They are written as ``\\xNN`` escapes instead (one-way, readable, stable).
+    """
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def version_alias(path: str, sha256: str) -> str:
+    """The alias under which a changed file's new content is registered."""
+    return f"{catalog_path(path)}{VERSION_MARK}{sha256[:VERSION_DIGITS]}"
+
+
+@dataclass(frozen=True)
+class Registered:
+    """An episode registered for a discovered path (its first content, or a later version)."""
+
+    episode_id: int
+    size_bytes: int
+    alias: str
+    state: str
 
 
 class IngestStep(Step):
@@ -46,7 +87,7 @@ class IngestStep(Step):
             )
 
     @cached_property
-    def source(self) -> tuple[object, str]:
+    def source(self) -> tuple[Any, str]:
         """(filesystem, root path) of the vendor's source."""
         import fsspec
 
@@ -58,28 +99,29 @@ class IngestStep(Step):
         _ = self.vendor_id, self.source
 
     def items(self, batch_items: Sequence[WorkItem]) -> list[WorkItem]:
-        """Every file of the batch; files already registered under this config are marked for skipping."""
-        known = registered_episodes(
-            self.ctx.engine, self.vendor_id, [i.source_path or i.key for i in batch_items]
-        )
+        """Every file of the batch; files whose content is already registered are marked for skipping."""
+        paths = [i.source_path or i.key for i in batch_items]
+        known = registered_episodes(self.ctx.engine, self.vendor_id, paths)
         out = []
-        for item in batch_items:
-            path = item.source_path or item.key
-            hit = known.get(path)
-            # Same path and same size as recorded: the runner checks the step run and skips it if final.
-            # A different size at a known path is a changed file; landing it surfaces the conflict.
-            if hit is not None and hit[1] == item.size_bytes:
-                out.append(
-                    WorkItem(key=item.key, episode_id=hit[0], source_path=path, size_bytes=item.size_bytes)
+        for item, path in zip(batch_items, paths, strict=True):
+            # Same path and same size as a registered version: the runner skips it if its ingest is final.
+            # Another size is changed content, which is landed and registered as a new version.
+            hit = next((r for r in known.get(path, ()) if r.size_bytes == item.size_bytes), None)
+            out.append(
+                WorkItem(
+                    key=item.key,
+                    episode_id=hit.episode_id if hit is not None else None,
+                    source_path=path,
+                    size_bytes=item.size_bytes,
                 )
-            else:
-                out.append(item)
+            )
         return out
 
     def process(self, item: WorkItem) -> StepResult:
         from sqlalchemy import func, select
 
         from pipeline.catalog import make_session_factory, session_scope
+        from pipeline.catalog.errors import CatalogConflictError
         from pipeline.catalog.sources import (
             claim_original,
             ensure_episode,
@@ -90,7 +132,7 @@ class IngestStep(Step):
 
         fs, root = self.source
         path = item.source_path or item.key
-        landed = self.ctx.store.land(fs, f"{root}/{path}")  # type: ignore[arg-type]
+        landed = self.ctx.store.land(fs, f"{root}/{path}")
         verified_at = datetime.now(UTC)
         with session_scope(make_session_factory(self.ctx.engine)) as session:
             session.execute(select(func.pg_advisory_xact_lock(VENDOR_LOCK_NAMESPACE, self.vendor_id)))
@@ -101,7 +143,13 @@ class IngestStep(Step):
                 raw_uri=landed.uri,
                 verified_at=verified_at,
             )
-            source = register_source_file(session, vendor_id=self.vendor_id, path=path, blob_id=blob_id)
+            alias = catalog_path(path)  # also what is logged: a name may hold undecodable bytes
+            try:
+                source = register_source_file(session, vendor_id=self.vendor_id, path=alias, blob_id=blob_id)
+            except CatalogConflictError:
+                log.warning("%s changed since it was registered; registering the new content too", alias)
+                alias = version_alias(path, landed.sha256)
+                source = register_source_file(session, vendor_id=self.vendor_id, path=alias, blob_id=blob_id)
             episode = ensure_episode(
                 session,
                 vendor_id=self.vendor_id,
@@ -109,8 +157,11 @@ class IngestStep(Step):
                 blob_id=blob_id,
                 kind=self.vendor.kind,
             )
-            original = claim_original(session, blob_id=blob_id, episode_id=episode.id)
-            if original is not None and original != episode.id:
+            # An empty file has no content to share: each one is its own failed upload (zero_bytes).
+            original = (
+                claim_original(session, blob_id=blob_id, episode_id=episode.id) if landed.size_bytes else None
+            )
+            if original is not None:
                 set_episode_state(
                     session,
                     episode.id,
@@ -118,26 +169,36 @@ class IngestStep(Step):
                     duplicate_of_id=original,
                     detail=f"same bytes (sha256 {landed.sha256[:12]}…) as episode {original}",
                 )
-        log.debug("ingested %s -> %s (episode %s)", path, landed.sha256, episode.id)
+        log.debug("ingested %s -> %s (episode %s)", alias, landed.sha256, episode.id)
         return StepResult.succeeded(
-            episode_id=episode.id, sha256=landed.sha256, new_object=landed.created, duplicate_of=original
+            episode_id=episode.id,
+            sha256=landed.sha256,
+            alias=alias,
+            new_object=landed.created,
+            duplicate_of=original,
         )
 
 
-def registered_episodes(engine: object, vendor_id: int, paths: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """path -> (episode id, blob size) for the given paths already registered for a vendor."""
-    from sqlalchemy import select
+def registered_episodes(engine: Engine, vendor_id: int, paths: Sequence[str]) -> dict[str, list[Registered]]:
+    """For each given path already registered for a vendor: its episodes, first content first."""
+    from sqlalchemy import func, select
 
     from pipeline.catalog import make_session_factory, session_scope
     from pipeline.catalog.models import Blob, Episode, SourceFile
 
     if not paths:
         return {}
-    with session_scope(make_session_factory(engine)) as session:  # type: ignore[arg-type]
+    by_text = {catalog_path(p): p for p in paths}
+    base = func.split_part(SourceFile.path, VERSION_MARK, 1)
+    with session_scope(make_session_factory(engine)) as session:
         rows = session.execute(
-            select(SourceFile.path, Episode.id, Blob.size_bytes)
+            select(base.label("base"), SourceFile.path, Episode.id, Episode.state, Blob.size_bytes)
             .join(Episode, Episode.source_file_id == SourceFile.id)
             .join(Blob, Blob.id == SourceFile.blob_id)
-            .where(SourceFile.vendor_id == vendor_id, SourceFile.path.in_(list(paths)))
+            .where(SourceFile.vendor_id == vendor_id, base.in_(list(by_text)))
+            .order_by(SourceFile.id)
         ).all()
-    return {row.path: (row.id, row.size_bytes) for row in rows}
+    out: dict[str, list[Registered]] = {}
+    for row in rows:
+        out.setdefault(by_text[row.base], []).append(Registered(row.id, row.size_bytes, row.path, row.state))
+    return out

@@ -1,10 +1,11 @@
 """The ``quality_pre`` step: probe each landed input, gate it, and record the one state it ends in.
 
 Robot logs get a full CRC-validated read (:func:`pipeline.mcaplog.read_log`); videos a sandboxed PyAV probe
-(:func:`pipeline.videoprobe.probe_video`). The measurements are stored (streams, episode metadata, the full
-probe report as JSON in the check results), then :mod:`pipeline.quality.pregate` runs the Great Expectations
-suites and the contract, and every check result and the final state are written in one transaction.
-Quarantined inputs stay in the raw store untouched.
+(:class:`pipeline.videoprobe.VideoProber`, one worker process kept per step worker). The measurements are
+stored (streams, episode metadata, the full probe report as JSON in the ``probe`` check result, which for a
+video names the decoder version that produced it), then :mod:`pipeline.quality.pregate` runs the Great
+Expectations suites and the contract, and every check result and the final state are written in one
+transaction. Quarantined inputs stay in the raw store untouched; exact duplicates are not probed again.
 """
 
 from __future__ import annotations
@@ -13,17 +14,33 @@ import hashlib
 import json
 import logging
 import tempfile
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.enums import Gate, ReasonCode, SourceKind, StepName, StreamRole
+from pipeline.enums import CheckStatus, FileState, Gate, ReasonCode, SourceKind, StepName, StreamRole
 from pipeline.steps.base import Step, StepResult, WorkItem
 from pipeline.steps.ingest import IngestStep, registered_episodes
 
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from pipeline.mcaplog import LogReport
+    from pipeline.quality.pregate import CheckOutcome
+    from pipeline.videoprobe import VideoProber
+
 log = logging.getLogger(__name__)
+
+#: First key of the per-fingerprint advisory lock: two workers gating re-chunked copies of the same
+#: messages at once must see each other's fingerprint, so they decide one after the other.
+FINGERPRINT_LOCK_NAMESPACE = 0x5F19E
+#: The calibration sidecar is read whole; a fleet's calibrations are kilobytes, so 16 MiB means a wrong file.
+MAX_SIDECAR_BYTES = 16 << 20
+#: Payload fields tried for a hardware stamp when the contract names none.
+DEFAULT_STAMP_FIELDS = ("stamp_ns", "timestamp", "header.stamp")
 
 
 class QualityPreStep(Step):
@@ -35,40 +52,52 @@ class QualityPreStep(Step):
     def vendor_id(self) -> int:
         return IngestStep(self.vendor, self.ctx).vendor_id
 
+    @cached_property
+    def prober(self) -> VideoProber:
+        """The sandboxed video prober of this worker; its process ends with the step (or the interpreter)."""
+        from pipeline.quality.pregate import probe_limits
+        from pipeline.videoprobe import VideoProber
+
+        prober = VideoProber(probe_limits(self.vendor))
+        weakref.finalize(self, prober.close)
+        return prober
+
     def setup(self) -> None:
+        from pipeline.quality.pregate import warm_up
+
         self.load_calibrations()
+        warm_up()
 
     def items(self, batch_items: Sequence[WorkItem]) -> list[WorkItem]:
-        from sqlalchemy import select
-
-        from pipeline.catalog import make_session_factory, session_scope
-        from pipeline.catalog.models import Episode
-        from pipeline.enums import FileState
-
+        """The batch's registered inputs (every version of each path) that are not exact duplicates."""
         paths = [i.source_path or i.key for i in batch_items]
         known = registered_episodes(self.ctx.engine, self.vendor_id, paths)
-        ids = [hit[0] for hit in known.values()]
-        if not ids:
-            return []
-        with session_scope(make_session_factory(self.ctx.engine)) as session:
-            duplicates = set(
-                session.execute(
-                    select(Episode.id).where(Episode.id.in_(ids), Episode.state == FileState.DUPLICATE.value)
-                ).scalars()
-            )
-        return [
-            WorkItem(key=path, episode_id=known[path][0], source_path=path, size_bytes=known[path][1])
-            for path in paths
-            if path in known and known[path][0] not in duplicates
-        ]
+        out = []
+        for path in dict.fromkeys(paths):
+            for reg in known.get(path, ()):
+                if reg.state != FileState.DUPLICATE.value:
+                    out.append(
+                        WorkItem(
+                            key=reg.alias,
+                            episode_id=reg.episode_id,
+                            source_path=path,
+                            size_bytes=reg.size_bytes,
+                        )
+                    )
+        return out
 
     # -- calibration ---------------------------------------------------------------------------------------
 
     def load_calibrations(self) -> int:
-        """Register the vendor's calibration sidecar (if it ships one); returns how many it holds."""
+        """Register the vendor's calibration sidecar (if it ships one); returns how many entries were taken.
+
+        A missing or unreadable sidecar is logged, not raised: the episodes it would have covered are then
+        flagged ``no_calibration`` one by one, which is where a vendor sees the problem.
+        """
         import fsspec
 
         from pipeline.catalog import make_session_factory, session_scope
+        from pipeline.catalog.errors import CatalogConflictError, CatalogValueError
         from pipeline.catalog.sources import upsert_calibration
 
         sidecar = self.vendor.calibration.sidecar_path
@@ -80,24 +109,42 @@ class QualityPreStep(Step):
             log.warning("calibration sidecar %s not found; episodes will be flagged no_calibration", url)
             return 0
         with fs.open(path, "rb") as f:
-            entries = json.loads(f.read(16 << 20))
+            raw = f.read(MAX_SIDECAR_BYTES + 1)
+        try:
+            if len(raw) > MAX_SIDECAR_BYTES:
+                raise ValueError(f"larger than {MAX_SIDECAR_BYTES} bytes")
+            entries = json.loads(raw)
+            if not isinstance(entries, list):
+                raise ValueError(f"a JSON {type(entries).__name__}, not a list of calibrations")
+        except ValueError as exc:
+            log.error(
+                "calibration sidecar %s is unusable (%s); episodes will be flagged no_calibration", url, exc
+            )
+            return 0
+        taken = 0
         with session_scope(make_session_factory(self.ctx.engine)) as session:
             for entry in entries:
-                upsert_calibration(
-                    session,
-                    vendor_id=self.vendor_id,
-                    calibration_key=str(entry["calibration_id"]),
-                    robot_id=str(entry["robot_id"]),
-                    valid_from_ns=int(entry["valid_from_ns"]),
-                    valid_to_ns=None if entry.get("valid_to_ns") is None else int(entry["valid_to_ns"]),
-                    cameras=entry.get("cameras", {}),
-                )
-        return len(entries)
+                try:
+                    upsert_calibration(
+                        session,
+                        vendor_id=self.vendor_id,
+                        calibration_key=str(entry["calibration_id"]),
+                        robot_id=str(entry["robot_id"]),
+                        valid_from_ns=int(entry["valid_from_ns"]),
+                        valid_to_ns=None if entry.get("valid_to_ns") is None else int(entry["valid_to_ns"]),
+                        cameras=entry.get("cameras", {}),
+                    )
+                    taken += 1
+                except (KeyError, TypeError, ValueError, AttributeError, CatalogConflictError,
+                        CatalogValueError) as exc:  # fmt: skip
+                    log.error("calibration sidecar %s: entry skipped: %s", url, exc)
+        return taken
 
     # -- per episode ---------------------------------------------------------------------------------------
 
     def process(self, item: WorkItem) -> StepResult:
-        assert item.episode_id is not None
+        if item.episode_id is None:
+            raise ValueError(f"quality_pre needs an ingested episode; {item.key!r} has none")
         sha256, kind = self._episode_blob(item.episode_id)
         with self._local_copy(sha256) as path:
             if kind == SourceKind.MCAP:
@@ -107,13 +154,12 @@ class QualityPreStep(Step):
     def _gate_mcap(self, episode_id: int, path: Path) -> StepResult:
         from pipeline.catalog.sources import StreamStats
         from pipeline.mcaplog import ReadLimits, read_log
-        from pipeline.quality.pregate import check_mcap, decide
+        from pipeline.quality.pregate import check_mcap, is_robot_contract, topic_gap_rates
 
         contract = self.vendor.topics
+        robot = is_robot_contract(self.vendor)
         expected = {t.topic: t.rate_hz for t in contract.all_topics()} if contract else {}
-        stamp_fields = (
-            tuple(sorted({t.stamp_field for t in contract.all_topics() if t.stamp_field})) if contract else ()
-        )
+        named = sorted({t.stamp_field for t in contract.all_topics() if t.stamp_field}) if contract else []
         report = read_log(
             path,
             limits=ReadLimits(max_record_bytes=int(self.vendor.ingest.max_record_bytes)),
@@ -123,34 +169,24 @@ class QualityPreStep(Step):
             else ("", "lz4", "zstd"),
             allowed_encodings=None,  # the gate checks encodings against the contract itself
             expected_rates_hz=expected,
-            stamp_fields=stamp_fields or ("stamp_ns", "timestamp", "header.stamp"),
-            content_digest=True,
+            stamp_fields=tuple(named) or DEFAULT_STAMP_FIELDS,
+            content_digest=robot,  # near-duplicates are a robot-contract finding
         )
-        meta = report.metadata_record("episode")
-        values = dict(meta.values) if meta is not None else {}
+        values = _episode_values(report)
         calibration_id = self._calibration(values.get("robot_id"), report.start_ns)
         outcomes = check_mcap(
             report,
             self.vendor,
             calibration_id=calibration_id,
-            baseline_schemas=self._baseline_schemas(episode_id),
+            baseline_schemas=self._baseline_schemas(episode_id) if report.ok else {},
         )
-        fingerprint = _fingerprint([t.content_digest for t in report.topics]) if report.ok else None
-        cameras = {c.topic for c in contract.cameras} if contract else set()
-        states = {t.topic for t in contract.state} if contract else set()
-        actions = {t.topic for t in contract.actions} if contract else set()
+        fingerprint = _fingerprint([t.content_digest for t in report.topics]) if report.ok and robot else None
+        roles = _roles(contract)
+        gaps = topic_gap_rates(report, self.vendor)  # the rates the gate judged, clock jumps taken out
         streams = [
             StreamStats(
                 topic=t.topic,
-                role=(
-                    StreamRole.CAMERA
-                    if t.topic in cameras
-                    else StreamRole.STATE
-                    if t.topic in states
-                    else StreamRole.ACTION
-                    if t.topic in actions
-                    else StreamRole.OTHER
-                ),
+                role=roles.get(t.topic, StreamRole.OTHER),
                 message_count=t.message_count,
                 encoding=t.message_encoding,
                 schema_name=t.schema_name,
@@ -158,7 +194,7 @@ class QualityPreStep(Step):
                 first_time_ns=t.start_ns,
                 last_time_ns=t.end_ns,
                 rate_hz=t.rate_hz,
-                gap_rate=t.gap_rate,
+                gap_rate=gaps.get(t.topic),
                 backward_steps=t.backward_steps,
                 duplicate_timestamps=t.duplicate_log_times,
                 max_jump_ns=t.largest_jump_ns,
@@ -176,55 +212,49 @@ class QualityPreStep(Step):
             "calibration_id": calibration_id,
         }
         return self._record(
-            episode_id, outcomes, decide, report.model_dump(mode="json"), streams, metadata, fingerprint
+            episode_id, outcomes, report.model_dump(mode="json"), streams, metadata, fingerprint
         )
 
     def _gate_video(self, episode_id: int, path: Path) -> StepResult:
-        from pipeline.quality.pregate import check_video, decide
-        from pipeline.videoprobe import VideoProbeLimits, probe_video
+        from pipeline.quality.pregate import check_video
 
-        pre = self.vendor.quality.pre
-        limits = VideoProbeLimits(
-            max_pixels=self.vendor.video.max_pixels if self.vendor.video else 7680 * 4320,
-            memory_limit_bytes=int(self.vendor.ingest.probe_memory_bytes),
-            timeout_s=float(self.vendor.ingest.probe_timeout_s),
-            letterbox_min_fraction=max(pre.letterbox_min_fraction, 1e-6),
-            min_frames=max(pre.min_frames, 1),
-        )
-        probe = probe_video(path, limits=limits)
+        probe = self.prober.probe(path)
         outcomes = check_video(probe, self.vendor)
         metadata = {
             "start_time_ns": 0 if probe.duration_s else None,
             "end_time_ns": int(probe.duration_s * 1e9) if probe.duration_s else None,
         }
-        return self._record(episode_id, outcomes, decide, probe.model_dump(mode="json"), [], metadata, None)
+        return self._record(episode_id, outcomes, probe.model_dump(mode="json"), [], metadata, None)
 
     def _record(
         self,
         episode_id: int,
-        outcomes: list[Any],
-        decide: Any,
+        outcomes: list[CheckOutcome],
         report: dict[str, Any],
         streams: list[Any],
         metadata: dict[str, Any],
         fingerprint: str | None,
     ) -> StepResult:
+        from sqlalchemy import func, select
+
         from pipeline.catalog import make_session_factory, session_scope
         from pipeline.catalog.runs import record_check
         from pipeline.catalog.sources import record_streams, set_episode_metadata, set_episode_state
-        from pipeline.enums import CheckStatus, FileState
-        from pipeline.quality.pregate import CheckOutcome
+        from pipeline.quality.pregate import CheckOutcome, decide, failed_outcome
 
         with session_scope(make_session_factory(self.ctx.engine)) as session:
-            near = self._near_duplicate(session, episode_id, fingerprint) if fingerprint else None
-            if near is not None:
+            if fingerprint is not None:
+                lock_key = int(fingerprint[:8], 16) & 0x7FFFFFFF
+                session.execute(select(func.pg_advisory_xact_lock(FINGERPRINT_LOCK_NAMESPACE, lock_key)))
+                near = _near_duplicate(session, episode_id, fingerprint)
                 outcomes.append(
-                    CheckOutcome(
+                    CheckOutcome("near_duplicate", CheckStatus.PASSED)
+                    if near is None
+                    else failed_outcome(
                         "near_duplicate",
-                        CheckStatus.WARNED,
                         ReasonCode.NEAR_DUPLICATE,
+                        f"the same messages as episode {near}, in another file layout",
                         observed={"episode_id": near},
-                        detail=f"same messages as episode {near}",
                     )
                 )
             verdict = decide(outcomes)
@@ -296,7 +326,7 @@ class QualityPreStep(Step):
         from pipeline.catalog import make_session_factory, session_scope
         from pipeline.catalog.sources import find_calibration
 
-        if robot_id is None or start_ns is None:
+        if robot_id is None or start_ns is None or not self.vendor.calibration.enabled:
             return None
         with session_scope(make_session_factory(self.ctx.engine)) as session:
             return find_calibration(session, vendor_id=self.vendor_id, robot_id=robot_id, time_ns=start_ns)
@@ -307,7 +337,6 @@ class QualityPreStep(Step):
 
         from pipeline.catalog import make_session_factory, session_scope
         from pipeline.catalog.models import Episode, Stream
-        from pipeline.enums import FileState
 
         with session_scope(make_session_factory(self.ctx.engine)) as session:
             first = session.execute(
@@ -327,17 +356,32 @@ class QualityPreStep(Step):
             ).all()
         return {r.topic: r.schema_hash for r in rows if r.schema_hash}
 
-    @staticmethod
-    def _near_duplicate(session: Any, episode_id: int, fingerprint: str) -> int | None:
-        from sqlalchemy import func, select
 
-        from pipeline.catalog.models import Episode
+def _near_duplicate(session: Session, episode_id: int, fingerprint: str) -> int | None:
+    """The first other episode with the same messages (any vendor), if there is one."""
+    from sqlalchemy import func, select
 
-        return session.execute(
-            select(func.min(Episode.id)).where(
-                Episode.content_fingerprint == fingerprint, Episode.id != episode_id
-            )
-        ).scalar_one()
+    from pipeline.catalog.models import Episode
+
+    return session.execute(
+        select(func.min(Episode.id)).where(
+            Episode.content_fingerprint == fingerprint, Episode.id != episode_id
+        )
+    ).scalar_one()
+
+
+def _episode_values(report: LogReport) -> dict[str, str]:
+    meta = report.metadata_record("episode")
+    return {k: v for k, v in (meta.values if meta is not None else {}).items() if v}
+
+
+def _roles(contract: Any) -> dict[str, StreamRole]:
+    if contract is None:
+        return {}
+    roles = {t.topic: StreamRole.ACTION for t in contract.actions}
+    roles |= {t.topic: StreamRole.STATE for t in contract.state}
+    roles |= {t.topic: StreamRole.CAMERA for t in contract.cameras}
+    return roles
 
 
 def _fingerprint(digests: Sequence[str | None]) -> str | None:

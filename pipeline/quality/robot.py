@@ -1,0 +1,406 @@
+"""Pre-gate checks of a robot log: the reader's structural findings, then suites over its per-topic stats.
+
+Two profiles come out of one vendor config:
+
+* a **robot contract** lists topics (cameras, state, actions). The log must have messages, the required
+  topics, the episode metadata (robot, session), a calibration and a sane duration, and its topics must
+  meet their rates, encodings and schemas. Near-duplicate detection also belongs here (see
+  :mod:`pipeline.steps.quality_pre`).
+* a **container-only** contract (``topics: {}``, what :func:`pipeline.config.generic_vendor` makes) lists
+  none: only structure (truncation, CRCs, compressions), encodings against the allow-lists, the MCAP
+  registry's encoding pairs and timestamp order are judged. A valid file with no messages is accepted.
+
+Timing is judged here, from the reader's raw numbers and the vendor's thresholds, never from the reader's
+own defaults: a clock jump is reported once, as ``clock_jump``, and the jump is taken out of the span that
+gap rates are measured over, so that an hour-long hole in the timeline does not also read as missing
+messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pipeline.enums import CheckStatus, ReasonCode
+from pipeline.quality.suite import CheckOutcome, Expect, failed_outcome, finding_outcomes, run_suite
+from pipeline.quality.timing import (
+    CLOCK_JUMP_MIN_PERIODS,
+    jump_limits_ns,
+    timeline_jump_excess_ns,
+    topic_gap_rates,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pipeline.config import VendorConfig
+    from pipeline.mcaplog import LogReport, TopicStats
+
+#: Codes the gate decides itself from the vendor's thresholds; the reader's opinion on them is ignored.
+GATE_DECIDED = frozenset(
+    {
+        ReasonCode.NON_MONOTONIC_TIME,
+        ReasonCode.DUPLICATE_TIMESTAMPS,
+        ReasonCode.CLOCK_JUMP,
+        ReasonCode.CLOCK_SKEW,
+        ReasonCode.GAP_RATE_HIGH,
+        ReasonCode.NO_MESSAGES,
+        ReasonCode.TOO_FEW_FRAMES,
+        ReasonCode.UNSUPPORTED_ENCODING,
+    }
+)
+
+#: The message encoding each well-known schema encoding implies (the MCAP well-known registry). A channel
+#: pairing a registry schema encoding with another message encoding cannot be decoded by anything, whatever
+#: the vendor allows (rosbag2's ``wrong_rmw`` test bag: ``ros2msg`` schemas, ``wrong_format`` messages).
+REGISTRY_MESSAGE_ENCODING: dict[str, str] = {
+    "protobuf": "protobuf",
+    "flatbuffer": "flatbuffer",
+    "ros1msg": "ros1",
+    "ros2msg": "cdr",
+    "ros2idl": "cdr",
+    "omgidl": "cdr",
+    "jsonschema": "json",
+}
+
+STREAM_COLUMNS = (
+    "topic",
+    "message_encoding",
+    "schema_encoding",
+    "message_count",
+    "camera_frames",
+    "gap_rate",
+    "backward_steps",
+    "duplicate_log_times",
+    "largest_jump_ns",
+    "jump_limit_ns",
+    "abs_skew_max_ns",
+    "contract_problem",
+    "registry_problem",
+)
+
+
+def is_robot_contract(vendor: VendorConfig) -> bool:
+    """True when the vendor's contract lists topics; False for a container-only profile."""
+    return vendor.topics is not None and bool(vendor.topics.all_topics())
+
+
+def check_mcap(
+    report: LogReport,
+    vendor: VendorConfig,
+    *,
+    calibration_id: int | None,
+    baseline_schemas: Mapping[str, str] | None = None,
+) -> list[CheckOutcome]:
+    """All pre-gate checks of one robot log (the near-duplicate check needs the catalog: see the step)."""
+    outcomes = finding_outcomes(
+        "mcap",
+        [(f.code, f.detail, None, f.fatal, f.topic) for f in report.findings],
+        gate_decided=GATE_DECIDED,
+    )
+    if not report.ok:
+        return outcomes  # nothing else can be trusted after a fatal read
+    streams, episode = mcap_tables(report, vendor, calibration_id=calibration_id)
+    outcomes += run_suite(mcap_expectations(vendor), {"streams": streams, "episode": episode})
+    outcomes += schema_drift(report, baseline_schemas or {})
+    return outcomes
+
+
+# -- tables ------------------------------------------------------------------------------------------------
+
+
+def mcap_tables(
+    report: LogReport, vendor: VendorConfig, *, calibration_id: int | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ``streams`` (one row per topic) and ``episode`` (one row) tables the suites validate."""
+    import pandas as pd
+
+    contract = vendor.topics
+    specs = {spec.topic: spec for spec in contract.all_topics()} if contract else {}
+    cameras = {c.topic for c in contract.cameras} if contract else set()
+    limits = jump_limits_ns(report, vendor)
+    excess_ns = timeline_jump_excess_ns(report.topics, limits, set(specs))
+    gaps = topic_gap_rates(report, vendor)
+    rows = []
+    for t in report.topics:
+        skew = [abs(x) for x in (t.skew_min_ns, t.skew_max_ns) if x is not None]
+        rows.append(
+            {
+                "topic": t.topic,
+                "message_encoding": t.message_encoding,
+                "schema_encoding": t.schema_encoding or "none",
+                "message_count": t.message_count,
+                "camera_frames": t.message_count if t.topic in cameras else None,
+                "gap_rate": gaps.get(t.topic),
+                "backward_steps": t.backward_steps,
+                "duplicate_log_times": t.duplicate_log_times,
+                "largest_jump_ns": t.largest_jump_ns,
+                "jump_limit_ns": limits[t.topic],
+                "abs_skew_max_ns": max(skew) if skew else None,
+                "contract_problem": _contract_problem(t, specs.get(t.topic)),
+                "registry_problem": _registry_problem(t),
+            }
+        )
+    streams = pd.DataFrame(rows, columns=list(STREAM_COLUMNS))
+    meta = report.metadata_record("episode")
+    values = dict(meta.values) if meta is not None else {}
+    duration_s = (  # like the gap rates, without the clock jump: that is reported once, as clock_jump
+        (report.end_ns - report.start_ns - excess_ns) / 1e9
+        if report.start_ns is not None and report.end_ns is not None
+        else None
+    )
+    episode = pd.DataFrame(
+        [
+            {
+                "message_count": report.message_count,
+                "robot_id": values.get("robot_id") or None,
+                "session_id": values.get("session_id") or None,
+                "duration_s": duration_s,
+                "calibration_id": calibration_id,
+            }
+        ]
+    )
+    return streams, episode
+
+
+def _contract_problem(topic: TopicStats, spec: Any) -> str | None:
+    """What breaks the topic's own contract entry (its encodings and schema names), if anything."""
+    if spec is None:
+        return None
+    if topic.message_encoding not in spec.message_encodings:
+        return f"message encoding {topic.message_encoding!r}, allowed {list(spec.message_encodings)}"
+    if spec.schema_names and topic.schema_name not in spec.schema_names:
+        return f"schema {topic.schema_name!r}, allowed {list(spec.schema_names)}"
+    return None
+
+
+def _registry_problem(topic: TopicStats) -> str | None:
+    implied = REGISTRY_MESSAGE_ENCODING.get(topic.schema_encoding or "")
+    if implied is not None and topic.message_encoding != implied:
+        return (
+            f"{topic.schema_encoding} schema with message encoding {topic.message_encoding!r} "
+            f"(the MCAP registry pairs it with {implied!r})"
+        )
+    return None
+
+
+# -- expectations ------------------------------------------------------------------------------------------
+
+
+def _rows(frame: pd.DataFrame, labels: Sequence[str], column: str, unit: str = "") -> str:
+    values = frame.set_index("topic")[column].to_dict() if "topic" in frame.columns else {}
+    return ", ".join(f"{label} {values.get(label)}{unit}" for label in labels[:5]) + (
+        f" (+{len(labels) - 5} more)" if len(labels) > 5 else ""
+    )
+
+
+def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
+    """The suites for this vendor, built from its thresholds and contract."""
+    pre = vendor.quality.pre
+    ts = vendor.timestamps
+    contract = vendor.topics
+    robot = is_robot_contract(vendor)
+    R = ReasonCode
+    out = [
+        Expect(
+            "registry_encodings",
+            "streams",
+            "ExpectColumnValuesToBeNull",
+            {"column": "registry_problem"},
+            R.UNSUPPORTED_ENCODING,
+            explain=lambda f, labels: "; ".join(
+                f"{label}: {f.set_index('topic').at[label, 'registry_problem']}" for label in labels[:5]
+            ),
+        ),
+        Expect(
+            "max_backward_steps",
+            "streams",
+            "ExpectColumnValuesToBeBetween",
+            {"column": "backward_steps", "max_value": ts.max_backward_steps},
+            R.NON_MONOTONIC_TIME,
+            explain=lambda f, labels: (
+                f"log time steps backwards on {_rows(f, labels, 'backward_steps', 'x')}"
+                f" (allowed {ts.max_backward_steps} per topic)"
+            ),
+        ),
+        Expect(
+            "max_duplicate_timestamps",
+            "streams",
+            "ExpectColumnValuesToBeBetween",
+            {"column": "duplicate_log_times", "max_value": ts.max_duplicate_timestamps},
+            R.DUPLICATE_TIMESTAMPS,
+            explain=lambda f, labels: (
+                f"repeated log times on {_rows(f, labels, 'duplicate_log_times', 'x')}"
+                f" (allowed {ts.max_duplicate_timestamps} per topic)"
+            ),
+        ),
+        Expect(
+            "max_clock_jump",
+            "streams",
+            "ExpectColumnPairValuesAToBeGreaterThanB",
+            {"column_A": "jump_limit_ns", "column_B": "largest_jump_ns", "or_equal": True},
+            R.CLOCK_JUMP,
+            explain=lambda f, labels: (
+                f"log time jumps on {_rows(f, labels, 'largest_jump_ns', ' ns')} "
+                f"(limit {ts.max_clock_jump_s:g} s, or {CLOCK_JUMP_MIN_PERIODS:g} periods of a slow topic)"
+            ),
+        ),
+        Expect(
+            "max_clock_skew",
+            "streams",
+            "ExpectColumnValuesToBeBetween",
+            {"column": "abs_skew_max_ns", "max_value": int(ts.max_skew_s * 1e9)},
+            R.CLOCK_SKEW,
+            explain=lambda f, labels: (
+                f"log time vs hardware stamp off by "
+                f"{_rows(f, labels, 'abs_skew_max_ns', ' ns')} (limit {ts.max_skew_s:g} s)"
+            ),
+        ),
+    ]
+    if contract is not None and contract.message_encodings is not None:
+        allowed = sorted(contract.message_encodings)
+        out.append(
+            Expect(
+                "allowed_message_encodings",
+                "streams",
+                "ExpectColumnValuesToBeInSet",
+                {"column": "message_encoding", "value_set": allowed},
+                R.UNSUPPORTED_ENCODING,
+                explain=lambda f, labels: (
+                    f"message encoding of {_rows(f, labels, 'message_encoding')}; allowed {allowed}"
+                ),
+            )
+        )
+    if contract is not None and contract.schema_encodings is not None:
+        allowed_schemas = sorted(contract.schema_encodings)
+        out.append(
+            Expect(
+                "allowed_schema_encodings",
+                "streams",
+                "ExpectColumnValuesToBeInSet",
+                {"column": "schema_encoding", "value_set": allowed_schemas},
+                R.UNSUPPORTED_ENCODING,
+                explain=lambda f, labels: (
+                    f"schema encoding of {_rows(f, labels, 'schema_encoding')}; allowed {allowed_schemas}"
+                ),
+            )
+        )
+    if not robot:
+        return out
+    assert contract is not None
+    out += [
+        Expect(
+            "has_messages",
+            "episode",
+            "ExpectColumnValuesToBeBetween",
+            {"column": "message_count", "min_value": 1},
+            R.NO_MESSAGES,
+            explain=lambda f, labels: "the log holds no messages",
+        ),
+        Expect(
+            "topic_contract",
+            "streams",
+            "ExpectColumnValuesToBeNull",
+            {"column": "contract_problem"},
+            R.UNSUPPORTED_ENCODING,
+            explain=lambda f, labels: "; ".join(
+                f"{label}: {f.set_index('topic').at[label, 'contract_problem']}" for label in labels[:5]
+            ),
+        ),
+        Expect(
+            "max_gap_rate",
+            "streams",
+            "ExpectColumnValuesToBeBetween",
+            {"column": "gap_rate", "max_value": pre.max_gap_rate},
+            R.GAP_RATE_HIGH,
+            explain=lambda f, labels: (
+                "missing messages at the contract rate: "
+                + ", ".join(
+                    f"{label} {f.set_index('topic').at[label, 'gap_rate']:.1%}" for label in labels[:5]
+                )
+                + f" (limit {pre.max_gap_rate:.1%})"
+            ),
+        ),
+        Expect(
+            "min_camera_frames",
+            "streams",
+            "ExpectColumnValuesToBeBetween",
+            {"column": "camera_frames", "min_value": pre.min_frames},
+            R.TOO_FEW_FRAMES,
+            explain=lambda f, labels: (
+                f"camera frames {_rows(f, labels, 'camera_frames')} (at least {pre.min_frames})"
+            ),
+        ),
+        Expect(
+            "robot_id_present",
+            "episode",
+            "ExpectColumnValuesToNotBeNull",
+            {"column": "robot_id"},
+            R.MISSING_METADATA,
+            explain=lambda f, labels: "no robot_id in the 'episode' metadata record",
+        ),
+        Expect(
+            "session_id_present",
+            "episode",
+            "ExpectColumnValuesToNotBeNull",
+            {"column": "session_id"},
+            R.MISSING_METADATA,
+            explain=lambda f, labels: "no session_id in the 'episode' metadata record",
+        ),
+        Expect(
+            "duration_bounds",
+            "episode",
+            "ExpectColumnValuesToBeBetween",
+            {"column": "duration_s", "min_value": pre.min_duration_s, "max_value": pre.max_duration_s},
+            R.DURATION_OUT_OF_BOUNDS,
+            explain=lambda f, labels: (
+                f"duration {f['duration_s'].iloc[0]:.3f} s; allowed "
+                f"{pre.min_duration_s:g}..{pre.max_duration_s:g} s"
+            ),
+        ),
+    ]
+    required = sorted(spec.topic for spec in contract.all_topics() if spec.required)
+    if required:
+        out.append(
+            Expect(
+                "required_topics",
+                "streams",
+                "ExpectColumnDistinctValuesToContainSet",
+                {"column": "topic", "value_set": required},
+                R.MISSING_REQUIRED_TOPIC,
+                explain=lambda f, labels: (
+                    "missing required topic(s) " + ", ".join(sorted(set(required) - set(f["topic"])))
+                ),
+            )
+        )
+    if vendor.calibration.enabled:
+        out.append(
+            Expect(
+                "calibration_valid",
+                "episode",
+                "ExpectColumnValuesToNotBeNull",
+                {"column": "calibration_id"},
+                R.NO_CALIBRATION,
+                explain=lambda f, labels: "no calibration of this robot is valid at the episode's start",
+            )
+        )
+    return out
+
+
+def schema_drift(report: LogReport, baseline: Mapping[str, str]) -> list[CheckOutcome]:
+    """Topics whose schema differs from the vendor's earlier accepted episodes (a flag, not a quarantine)."""
+    drifted = {
+        t.topic: {"baseline": baseline[t.topic], "now": t.schema_sha256}
+        for t in report.topics
+        if t.topic in baseline and t.schema_sha256 and t.schema_sha256 != baseline[t.topic]
+    }
+    if not drifted:
+        return [CheckOutcome("schema_drift", CheckStatus.PASSED, observed={"topics": len(baseline)})]
+    return [
+        failed_outcome(
+            "schema_drift",
+            ReasonCode.SCHEMA_DRIFT,
+            "schema changed from the vendor's earlier accepted episodes on " + ", ".join(sorted(drifted)),
+            observed={"drifted": drifted},
+        )
+    ]

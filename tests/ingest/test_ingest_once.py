@@ -1,0 +1,263 @@
+"""Every input lands once: re-runs add nothing, concurrent runs and a kill -9 leave no duplicate and no partial
+object, a changed file becomes a new input, and a flipped bit in the raw store is found."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from ingest_helpers import (
+    ACME,
+    REPO,
+    blobs,
+    copy_drop,
+    episode_rows,
+    make_context,
+    sha256_of,
+    table_counts,
+    vendor_config,
+)
+
+from pipeline.enums import TERMINAL_FILE_STATES, FileState
+from pipeline.steps.ingest import VERSION_MARK
+from pipeline.synth import expected_outcome
+from pipeline.synth.drop import DropManifest
+from pipeline.vendor_ingest import ingest_vendor
+
+pytestmark = pytest.mark.integration
+
+#: A child process that ingests one vendor; it waits for ``go`` so that two children start together.
+CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from pipeline.catalog import make_engine
+    from pipeline.config import load_vendor
+    from pipeline.settings import Settings
+    from pipeline.steps.base import StepContext
+    from pipeline.store import Store
+    from pipeline.vendor_ingest import ingest_vendor
+
+    vendor_file, url, store, home, go, gate = sys.argv[1:7]
+    vendor = load_vendor(Path(vendor_file))
+    ctx = StepContext(
+        settings=Settings(home=Path(home), database_url=url),
+        engine=make_engine(url),
+        store=Store(store),
+        code_version="test",
+    )
+    while not Path(go).exists():
+        time.sleep(0.005)
+    report = ingest_vendor(vendor, ctx, settle_s=0, gate=gate == "gate")
+    print(json.dumps(report.as_dict()))
+    """
+)
+
+
+#: ``sluice scrub`` on its own (the whole CLI mounts every command group).
+SCRUB = (
+    "import typer; from pipeline.cli.scrub import command; app = typer.Typer(); app.command()(command); app()"
+)
+
+
+def _child(vendor_file: Path, url: str, base: Path, go: Path, *, gate: bool) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(vendor_file),
+            url,
+            str(base / "store"),
+            str(base / "home"),
+            str(go),
+            "gate" if gate else "land",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _vendor_file(vendor_name: str, root: Path) -> Path:
+    return next(root.parent.glob(f"vendor-{vendor_name}-*/{vendor_name}.yaml"))
+
+
+def _raw_listing(base: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in (base / "store" / "raw").iterdir()}
+
+
+def _assert_one_row_per_input(
+    url_engine: sa.Engine, manifest: DropManifest, extra: dict[str, FileState]
+) -> None:
+    rows = episode_rows(url_engine)
+    expected = {f.path: expected_outcome(f.defect)[0] for f in manifest.files} | extra
+    assert {p: FileState(r["state"]) for p, r in rows.items()} == expected
+    with url_engine.connect() as conn:
+        dup_rows = conn.execute(
+            sa.text(
+                "SELECT (SELECT count(*) - count(DISTINCT path) FROM source_files) + "
+                "(SELECT count(*) - count(DISTINCT source_file_id) FROM episodes) + "
+                "(SELECT count(*) - count(DISTINCT sha256) FROM blobs) + "
+                "(SELECT count(*) - count(DISTINCT (episode_id, step, config_hash)) FROM step_runs) + "
+                "(SELECT count(*) - count(DISTINCT (episode_id, gate, check_name, config_hash)) FROM check_results)"
+            )
+        ).scalar_one()
+    assert dup_rows == 0
+
+
+def test_ingesting_the_same_drop_twice_adds_nothing(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    template, manifest = robot_drop
+    root = copy_drop(template, tmp_path / "acme")
+    vendor = vendor_config(ACME, root)
+    ctx = make_context(tmp_path, migrated_database_url)
+    first = ingest_vendor(vendor, ctx, settle_s=0)
+    counts, raw, rows = table_counts(ctx.engine), _raw_listing(tmp_path), episode_rows(ctx.engine)
+    assert first.steps["ingest"]["succeeded"] == len(manifest.files)
+
+    second = ingest_vendor(vendor, ctx, settle_s=0)
+    assert table_counts(ctx.engine) == counts
+    assert _raw_listing(tmp_path) == raw
+    assert episode_rows(ctx.engine) == rows
+    assert second.steps["ingest"]["skipped"] == len(manifest.files)
+    assert (
+        second.steps["quality_pre"]["skipped"]
+        == first.steps["quality_pre"]["succeeded"] + (first.steps["quality_pre"]["rejected"])
+    )
+    assert second.states == first.states
+
+
+def test_two_concurrent_ingests_of_one_vendor_leave_no_duplicates(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    template, manifest = robot_drop
+    root = copy_drop(template, tmp_path / "acme")
+    vendor = vendor_config(ACME, root)
+    go = tmp_path / "go"
+    children = [
+        _child(_vendor_file(vendor.name, root), migrated_database_url, tmp_path, go, gate=True) for _ in "ab"
+    ]
+    time.sleep(0.5)
+    go.touch()
+    reports = []
+    for child in children:
+        out, err = child.communicate(timeout=600)
+        assert child.returncode == 0, err[-3000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    engine = make_context(tmp_path, migrated_database_url).engine
+    _assert_one_row_per_input(engine, manifest, {})
+    # each file was landed and registered by one child or the other; together they did every file
+    assert all(r["discovered"] == len(manifest.files) for r in reports)
+    assert len(_raw_listing(tmp_path)) == len({f.sha256 for f in manifest.files})
+    duplicate = manifest.by_defect("duplicate")[0]
+    assert episode_rows(engine)[duplicate.path]["duplicate_of"] == duplicate.duplicate_of
+
+
+def test_kill_9_during_ingest_then_ingest_again(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    template, manifest = robot_drop
+    root = copy_drop(template, tmp_path / "acme")
+    big = root / "aaa-big.mcap"  # sorts first: the child is landing it when killed
+    with open(big, "wb") as fh:
+        for _ in range(24):
+            fh.write(os.urandom(8 << 20))  # 192 MiB: landing takes long enough to be caught mid-copy
+    vendor = vendor_config(ACME, root)
+    go = tmp_path / "go"
+    go.touch()
+    child = _child(_vendor_file(vendor.name, root), migrated_database_url, tmp_path, go, gate=False)
+    staging = tmp_path / "store" / "tmp"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and child.poll() is None:
+        if staging.is_dir() and any(p.stat().st_size > 0 for p in staging.iterdir()):
+            break
+        time.sleep(0.002)
+    assert child.poll() is None, "the child finished before it could be killed mid-landing"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert child.returncode == -signal.SIGKILL
+    partial = [p for p in staging.iterdir() if p.stat().st_size < big.stat().st_size]
+    assert partial  # the kill interrupted a copy...
+    for obj in (tmp_path / "store" / "raw").iterdir():  # ...and nothing partial is visible in raw/
+        assert sha256_of(obj) == obj.name
+
+    ctx = make_context(tmp_path, migrated_database_url)
+    ingest_vendor(vendor, ctx, settle_s=0)
+    _assert_one_row_per_input(ctx.engine, manifest, {"aaa-big.mcap": FileState.QUARANTINED})
+    assert episode_rows(ctx.engine)["aaa-big.mcap"]["reasons"] == ["bad_magic"]
+    assert list(ctx.store.scrub(blobs(ctx.engine))) == []
+    assert set(_raw_listing(tmp_path)) == {sha for sha, _ in blobs(ctx.engine)}
+
+
+def test_a_changed_file_is_a_new_input_and_the_old_content_is_kept(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    template, manifest = robot_drop
+    root = copy_drop(template, tmp_path / "acme")
+    vendor = vendor_config(ACME, root)
+    ctx = make_context(tmp_path, migrated_database_url)
+    ingest_vendor(vendor, ctx, settle_s=0)
+    clean = manifest.by_defect(None)
+    target, other = root / clean[0].path, root / clean[1].path
+    old_sha = sha256_of(target)
+    assert target.stat().st_size != other.stat().st_size  # (a same-size change is not looked for)
+    target.write_bytes(other.read_bytes())  # re-delivered with other (valid) content
+    os.utime(target)
+    ingest_vendor(vendor, ctx, settle_s=0)
+    rows = episode_rows(ctx.engine)
+    versions = {p: r for p, r in rows.items() if p.startswith(clean[0].path)}
+    assert len(versions) == 2
+    new_alias = f"{clean[0].path}{VERSION_MARK}{sha256_of(target)[:16]}"
+    assert rows[clean[0].path]["sha256"] == old_sha and rows[clean[0].path]["state"] == "accepted"
+    assert rows[new_alias]["state"] == "duplicate" and rows[new_alias]["duplicate_of"] == clean[1].path
+    assert all(FileState(r["state"]) in TERMINAL_FILE_STATES for r in rows.values())
+    assert ctx.store.has_raw(old_sha)
+
+
+def test_a_bit_flipped_in_a_stored_object_is_found_by_scrub(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    template, manifest = robot_drop
+    root = copy_drop(template, tmp_path / "acme")
+    ctx = make_context(tmp_path, migrated_database_url)
+    ingest_vendor(vendor_config(ACME, root), ctx, settle_s=0, gate=False)
+    assert list(ctx.store.scrub(blobs(ctx.engine))) == []
+    victim = manifest.by_defect(None)[0].sha256
+    path = ctx.store.local_raw_path(victim)
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x04
+    path.write_bytes(bytes(data))
+    path.chmod(0o444)
+
+    findings = list(ctx.store.scrub(blobs(ctx.engine)))
+    assert [(f.sha256, f.problem) for f in findings] == [(victim, "hash")]
+    # the operator's command reports it too, and fails
+    env = {
+        **os.environ,
+        "SLUICE_DATABASE_URL": migrated_database_url,
+        "SLUICE_STORE_URL": str(tmp_path / "store"),
+        "SLUICE_HOME": str(tmp_path / "home"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SCRUB, "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    reported = json.loads(done.stdout)
+    assert [f["sha256"] for f in reported["findings"]] == [victim]
