@@ -155,7 +155,7 @@ def show(
         _print_json(found.as_dict())
         return
     console.print(f"[bold]{found.ref}[/] (id {found.id}, created {found.created_at})")
-    for key in ("spec_hash", "row_count", "split_counts", "manifest_uri", "manifest_sha256", "parquet_uri"):
+    for key in ("spec_hash", "row_count", "split_counts", "manifest_uri", "manifest_sha256", "parquet_uri", "near_duplicates"):
         console.print(f"{key}: {getattr(found, key)}", highlight=False)
     console.print_json(json.dumps(found.spec))
 

@@ -7,11 +7,14 @@ run one after the other; builders of different datasets do not wait):
 2. select the rows in the warehouse (:mod:`.select`), on a read-only sandboxed connection;
 3. write the manifest (:func:`pipeline.manifest.write_manifest`: Arrow IPC + Parquet, sha256, rows) to a
    staging folder;
-4. if the dataset's latest version has the same spec hash and the same manifest sha256, nothing changed:
+4. if the dataset's latest version has the same spec hash, the same manifest sha256 and the same
+   near-duplicate report, nothing changed:
    return that version (``created=False``) and discard the staging copy;
 5. otherwise publish the files by rename under ``manifests/<dataset>/<version>/`` in the store, then record
-   the version, both manifest files, the episodes with their splits, and the lineage: the manifest as an
-   artifact whose inputs are the transcoded artifacts it points at and the raw blobs they came from.
+   the version (its spec, with the near-duplicate report of the selection: which episode each dropped
+   near-duplicate lost to), both manifest files, the episodes with their splits, and the lineage: the
+   manifest as an artifact whose inputs are the transcoded artifacts it points at and the raw blobs they
+   came from.
 
 Same spec over the same catalog gives byte-identical files (the selection is ordered and the writer is
 deterministic), so step 4 is also what makes repeated builds idempotent.
@@ -46,7 +49,13 @@ from pipeline.catalog.outputs import (
 from pipeline.datasets.errors import DatasetBuildError
 from pipeline.datasets.select import Selection, select_rows
 from pipeline.datasets.spec import DatasetSpec, spec_hash
-from pipeline.datasets.versions import DatasetVersion, frozen_eval_episodes, latest_version, next_version
+from pipeline.datasets.versions import (
+    DatasetVersion,
+    frozen_eval_episodes,
+    latest_version,
+    next_version,
+    spec_record,
+)
 from pipeline.enums import ArtifactKind
 from pipeline.errors import StoreError
 from pipeline.manifest.format import (
@@ -96,7 +105,13 @@ def build(
         try:
             files = write_manifest(selection.manifest_table(), staging)
             latest = latest_version(session, spec.name)
-            if latest and latest.spec_hash == digest and latest.manifest_sha256 == files.ipc_sha256:
+            if (
+                latest
+                and latest.spec_hash == digest
+                and latest.manifest_sha256 == files.ipc_sha256
+                # a near-duplicate dropped since is a new version, so the record says which one it lost to
+                and latest.near_duplicates == selection.near_duplicates
+            ):
                 log.info("dataset %s: unchanged since %s", spec.name, latest.ref)
                 return replace(latest, created=False, counts=selection.counts)
             version = next_version(session, spec.name)
@@ -162,8 +177,9 @@ def _record(
     parquet_uri: str,
     selection: Selection,
 ) -> DatasetVersion:
+    recorded = spec_record(spec.model_dump(mode="json"), selection.near_duplicates)
     version_id = create_dataset_version(
-        session, name=spec.name, version=version, spec_hash=digest, spec=spec.model_dump(mode="json")
+        session, name=spec.name, version=version, spec_hash=digest, spec=recorded
     )
     for fmt, uri, sha, size in (
         (ManifestFormat.ARROW_IPC, ipc_uri, files.ipc_sha256, files.ipc_size_bytes),
@@ -189,6 +205,7 @@ def _record(
         split_counts=selection.split_counts(),
         created=True,
         counts=selection.counts,
+        near_duplicates=selection.near_duplicates,
     )
 
 

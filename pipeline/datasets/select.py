@@ -4,19 +4,25 @@ The steps, all deterministic (same spec + same warehouse + same frozen set = sam
 
 1. **Filter**: rows of ``episode_view`` matching ``filter.where`` with its parameters bound. Rows that cannot
    be trained on (no transcoded artifact, no start or end time) are dropped and counted as ``unusable``.
-2. **Sample**: keep an episode when ``sha256("<seed>:<episode id>")``, read as a number in [0, 1), is below
+2. **Near-duplicates** (``near_duplicates: keep_one``, the default): of each near-duplicate group
+   (``dedup_group``, recorded by :mod:`pipeline.dedup`) only one usable match is kept: a frozen evaluation
+   episode if the group holds any (all frozen ones are kept), else the group's ``representative`` if it
+   matched, else the lowest episode id among the members that matched. Episodes without a group are kept.
+   Which episode kept which is reported (:attr:`Selection.near_duplicates`), the others are counted as
+   ``near_duplicates_dropped``. ``keep_all`` skips this step.
+3. **Sample**: keep an episode when ``sha256("<seed>:<episode id>")``, read as a number in [0, 1), is below
    ``sample.fraction``. Independent per episode; the same episode keeps its fate across versions.
-3. **Group** (:mod:`.groups`), then **split** by ``sha256("<seed>:<group key>")`` in [0, 1):
+4. **Group** (:mod:`.groups`), then **split** by ``sha256("<seed>:<group key>")`` in [0, 1):
    ``eval`` below ``eval_fraction``, ``val`` below ``eval_fraction + val_fraction``, else ``train``.
-4. **Frozen evaluation**: once a version of this dataset has eval episodes, that set is frozen. Later
+5. **Frozen evaluation**: once a version of this dataset has eval episodes, that set is frozen. Later
    versions put those episodes in eval whatever the spec now says (sampling does not drop them; if the
    filter no longer matches one, it is dropped and counted as ``eval_dropped``), add no new episode to eval,
    and hold out (leave out of every split, counted as ``held_out``) any other episode of a group that holds a
    frozen one, so that nothing near an evaluation episode is trained on. New groups whose hash falls in the
    eval range are shared between val and train in the spec's val : train proportion.
-5. **Limits**, in sample order (frozen eval first): at most ``max_episodes_per_group`` per group, then at
+6. **Limits**, in sample order (frozen eval first): at most ``max_episodes_per_group`` per group, then at
    most ``max_episodes`` and ``max_total_duration_s`` in all. Frozen eval episodes are never cut.
-6. **Order**: train, then val, then eval; within each, sample order (a stable pseudo-random order, so
+7. **Order**: train, then val, then eval; within each, sample order (a stable pseudo-random order, so
    contiguous rank slices mix sessions), then episode id.
 """
 
@@ -26,7 +32,7 @@ import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,14 +63,20 @@ _MATCHED = "_sluice_matched"
 _FROZEN = "_sluice_frozen"
 _GROUPS = "_sluice_groups"
 _ASSIGNED = "_sluice_assigned"
+_NEAR_DUPLICATES = "_sluice_near_duplicates"
 
 
 @dataclass(frozen=True)
 class Selection:
-    """The rows of a version (manifest columns + :data:`LINEAGE_COLUMNS`) and what each step dropped."""
+    """The rows of a version (manifest columns + :data:`LINEAGE_COLUMNS`) and what each step dropped.
+
+    ``near_duplicates`` names, per near-duplicate group that lost members, the episode kept and the ones
+    dropped: ``{"group": "g12", "kept": 12, "dropped": [15, 40]}``, ordered by kept episode id.
+    """
 
     table: pa.Table
     counts: dict[str, int] = field(default_factory=dict)
+    near_duplicates: list[dict[str, Any]] = field(default_factory=list)
 
     def manifest_table(self) -> pa.Table:
         return self.table.drop_columns(list(LINEAGE_COLUMNS))
@@ -104,6 +116,8 @@ def select_rows(
     try:
         matched, unusable = _match(con, spec)
         con.register(_FROZEN, pa.table({"episode_id": pa.array(frozen_ids, pa.int64())}))
+        near_duplicates = _drop_near_duplicates(con) if spec.near_duplicates == "keep_one" else []
+        dropped = sum(len(g["dropped"]) for g in near_duplicates)
         sampled = _sample(con, spec)
         keys = group_keys(sampled, spec.splits.group_by)
         con.register(_GROUPS, pa.table({"episode_id": sampled.column("episode_id"), "group_key": keys}))
@@ -117,20 +131,22 @@ def select_rows(
     counts = {
         "matched": matched,
         "unusable": unusable,
-        "sampled_out": matched - unusable - sampled.num_rows,
+        "near_duplicates_dropped": dropped,
+        "sampled_out": matched - unusable - dropped - sampled.num_rows,
         "held_out": held_out,
         "limited_out": sampled.num_rows - held_out - table.num_rows,
         "eval_dropped": len(frozen_ids) - kept_frozen,
         "rows": table.num_rows,
     }
     log.info("dataset %s: %s", spec.name, counts)
-    return Selection(table=table, counts=counts)
+    return Selection(table=table, counts=counts, near_duplicates=near_duplicates)
 
 
 def _match(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> tuple[int, int]:
     """Stage the filter's matches in a temp table; returns (matched, unusable)."""
     columns = (
         "episode_id, vendor, robot_id, session_id, task, content_fingerprint, duplicate_of_id, "
+        "dedup_group, representative, "
         "start_time_ns, end_time_ns, duration_s, source_sha256, blob_id, transcoded_uri, "
         "transcoded_artifact_id, quality_sync, quality_completeness, quality_visual, quality_motion, "
         "quality_transcode, "
@@ -142,6 +158,41 @@ def _match(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> tuple[int, int]
     con.execute(query, params)
     rows = con.execute(f"SELECT count(*), count(*) FILTER (WHERE NOT usable) FROM {_MATCHED}").fetchall()
     return int(rows[0][0]), int(rows[0][1])
+
+
+_NEAR_DUPLICATES_SQL = f"""
+CREATE OR REPLACE TEMP TABLE {_NEAR_DUPLICATES} AS
+WITH members AS (
+    SELECT m.episode_id, m.dedup_group, f.episode_id IS NOT NULL AS frozen,
+           row_number() OVER (
+               PARTITION BY m.dedup_group
+               ORDER BY f.episode_id IS NOT NULL DESC, coalesce(m.representative = m.episode_id, false) DESC,
+                        m.episode_id
+           ) AS rank_in_group
+    FROM {_MATCHED} AS m
+    LEFT JOIN {_FROZEN} AS f USING (episode_id)
+    WHERE m.usable AND m.dedup_group IS NOT NULL
+), kept AS (
+    SELECT dedup_group, episode_id AS kept_id FROM members WHERE rank_in_group = 1
+)
+SELECT m.episode_id, m.dedup_group, k.kept_id
+FROM members AS m
+JOIN kept AS k USING (dedup_group)
+WHERE m.rank_in_group > 1 AND NOT m.frozen
+"""
+
+
+def _drop_near_duplicates(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Keep one usable match per near-duplicate group (module doc, step 2); returns who kept whom."""
+    con.execute(_NEAR_DUPLICATES_SQL)
+    rows = con.execute(
+        f"SELECT dedup_group, kept_id, list(episode_id ORDER BY episode_id) FROM {_NEAR_DUPLICATES} "
+        "GROUP BY dedup_group, kept_id ORDER BY kept_id"
+    ).fetchall()
+    con.execute(f"DELETE FROM {_MATCHED} WHERE episode_id IN (SELECT episode_id FROM {_NEAR_DUPLICATES})")
+    return [
+        {"group": group, "kept": int(kept), "dropped": [int(e) for e in ids]} for group, kept, ids in rows
+    ]
 
 
 def _sample(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> pa.Table:
@@ -244,5 +295,5 @@ def _drop_staging(con: duckdb.DuckDBPyConnection) -> None:
     for name in (_FROZEN, _GROUPS):
         with contextlib.suppress(duckdb.Error):  # not registered when the build failed before
             con.unregister(name)
-    for name in (_MATCHED, _ASSIGNED):
+    for name in (_MATCHED, _ASSIGNED, _NEAR_DUPLICATES):
         con.execute(f"DROP TABLE IF EXISTS {name}")

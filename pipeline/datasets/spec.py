@@ -7,6 +7,7 @@ Example (``dags/datasets/*.yaml`` has more)::
     filter:
       where: vendor IN $vendors AND task = $task AND is_accepted AND duration_s >= $min_duration_s
       params: {vendors: [acme, bluefield], task: pick_place, min_duration_s: 2.0}
+    near_duplicates: keep_one   # the default; keep_all keeps every member of a near-duplicate group
     sample: {seed: 7, fraction: 0.5}
     limits: {max_episodes: 100000, max_episodes_per_group: 200}
     splits: {group_by: [session_id, robot_id], seed: 11, val_fraction: 0.05, eval_fraction: 0.05}
@@ -166,12 +167,18 @@ class SplitSpec(FrozenModel):
         return self
 
 
+#: What a build does with near-duplicate groups (``dedup_group`` of ``episode_view``): ``keep_one`` keeps one
+#: episode per group (see :mod:`pipeline.datasets.select`), ``keep_all`` keeps every member the filter matched.
+NearDuplicates = Literal["keep_one", "keep_all"]
+
+
 class DatasetSpec(FrozenModel):
-    """A dataset: its name, the filter, sampling, limits and split rules."""
+    """A dataset: its name, the filter, near-duplicate handling, sampling, limits and split rules."""
 
     name: Slug
     description: str = ""
     filter: FilterSpec = Field(default_factory=FilterSpec)
+    near_duplicates: NearDuplicates = "keep_one"
     sample: SampleSpec = Field(default_factory=SampleSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     splits: SplitSpec = Field(default_factory=SplitSpec)

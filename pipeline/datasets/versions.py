@@ -24,6 +24,9 @@ from pipeline.errors import SluiceError
 VERSION_PATTERN = re.compile(r"v([1-9][0-9]*)")
 #: Episode ids shown per category by a diff (the counts are always complete).
 DIFF_EXAMPLES = 10
+#: Key of a version's recorded spec JSON that holds the build's near-duplicate report instead of a spec field
+#: (a leading underscore, which no spec field has). :func:`spec_record` adds it, loading takes it out again.
+NEAR_DUPLICATES_KEY = "_near_duplicates"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class DatasetVersion:
     created: bool = False  # True when this build made the version, False when it found it already there
     counts: dict[str, int] = field(default_factory=dict)  # what the build dropped, by step (build only)
     spec: dict[str, Any] | None = None
+    #: Per near-duplicate group that lost members: ``{"group", "kept", "dropped"}`` (see ``select.Selection``).
+    near_duplicates: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ref(self) -> str:
@@ -96,6 +101,11 @@ class VersionDiff:
                 )
             ],
         }
+
+
+def spec_record(spec: dict[str, Any], near_duplicates: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a version records in its ``spec`` column: the spec and the build's near-duplicate report."""
+    return {**spec, NEAR_DUPLICATES_KEY: near_duplicates}
 
 
 def parse_ref(ref: str, default_name: str | None = None) -> tuple[str, str]:
@@ -223,6 +233,8 @@ def _load(session: Session, row_id: int, *, with_spec: bool = False) -> DatasetV
     }
     ipc = manifests.get(ManifestFormat.ARROW_IPC.value)
     parquet = manifests.get(ManifestFormat.PARQUET.value)
+    recorded = dict(row.spec)
+    near_duplicates = recorded.pop(NEAR_DUPLICATES_KEY, [])
     return DatasetVersion(
         id=row.id,
         name=row.name,
@@ -235,5 +247,6 @@ def _load(session: Session, row_id: int, *, with_spec: bool = False) -> DatasetV
         parquet_sha256=parquet.sha256 if parquet else None,
         row_count=ipc.row_count if ipc else sum(splits.values()),
         split_counts={s.value: int(splits.get(s.value, 0)) for s in Split},
-        spec=dict(row.spec) if with_spec else None,
+        spec=recorded if with_spec else None,
+        near_duplicates=list(near_duplicates),
     )

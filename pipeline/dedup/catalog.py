@@ -6,7 +6,7 @@ the thresholds, :attr:`DedupParams.version`):
 * ``dedup.group`` – ``g<smallest episode id of the group>``; an episode with no duplicate is its own group;
 * ``dedup.group_size`` – how many episodes the group holds;
 * ``dedup.representative`` – the episode kept by default (:func:`pick_representatives`); a dataset spec
-  keeps one episode per group with ``WHERE representative = episode_id`` and says which it kept.
+  keeps one episode per group by default (the spec option ``near_duplicates: keep_one``) and says which it kept.
 """
 
 from __future__ import annotations

@@ -72,6 +72,29 @@ SELECT
 FROM annotation_values
 GROUP BY episode_id;
 
+-- Near-duplicate groups (pipeline.dedup): per episode, the three `dedup.*` keys of its latest dedup run
+-- (the annotator version it was most recently written under), so a re-run under new thresholds replaces all
+-- three together instead of mixing runs. `representative` is the episode a dataset keeps by default.
+CREATE OR REPLACE VIEW dedup_groups AS
+WITH dedup AS (
+    SELECT *
+    FROM catalog.annotations
+    WHERE annotator = 'dedup' AND key IN ('dedup.group', 'dedup.group_size', 'dedup.representative')
+), latest_run AS (
+    SELECT episode_id, annotator_version
+    FROM dedup
+    QUALIFY row_number() OVER (PARTITION BY episode_id ORDER BY updated_at DESC, id DESC) = 1
+)
+SELECT
+    d.episode_id,
+    d.annotator_version AS dedup_version,
+    max(d.value ->> '$') FILTER (WHERE d.key = 'dedup.group') AS dedup_group,
+    max(TRY_CAST(d.value ->> '$' AS BIGINT)) FILTER (WHERE d.key = 'dedup.group_size') AS dedup_group_size,
+    max(TRY_CAST(d.value ->> '$' AS BIGINT)) FILTER (WHERE d.key = 'dedup.representative') AS representative
+FROM dedup AS d
+JOIN latest_run AS r USING (episode_id, annotator_version)
+GROUP BY d.episode_id, d.annotator_version;
+
 -- Lineage per episode: its latest transcoded artifact (what a manifest points at) and all its artifacts.
 CREATE OR REPLACE VIEW episode_lineage AS
 WITH transcoded AS (
@@ -100,7 +123,8 @@ LEFT JOIN transcoded AS t USING (episode_id);
 
 -- One row per episode with everything curation filters on. Times: *_ns are log times (MCAP nanoseconds);
 -- start_time_utc is the same instant as a UTC timestamp, for time-window queries. content_fingerprint is
--- what ingest's near-duplicate check compares: dataset splits can group on it.
+-- what ingest's near-duplicate check compares: dataset splits can group on it. dedup_group / representative
+-- are the near-duplicate grouping across episodes and vendors (NULL when the episode was never grouped).
 CREATE OR REPLACE VIEW episode_view AS
 SELECT
     e.id AS episode_id,
@@ -122,6 +146,10 @@ SELECT
     e.state IN ('accepted', 'accepted_with_flags') AS is_accepted,
     e.detail,
     e.duplicate_of_id,
+    dg.dedup_group,
+    dg.dedup_group_size,
+    dg.representative,
+    dg.dedup_version,
     cal.calibration_key,
     e.calibration_id IS NOT NULL AS has_calibration,
     e.created_at,
@@ -172,4 +200,5 @@ LEFT JOIN catalog.calibrations AS cal ON cal.id = e.calibration_id
 LEFT JOIN stream_stats AS s ON s.episode_id = e.id
 LEFT JOIN check_stats AS c ON c.episode_id = e.id
 LEFT JOIN annotation_stats AS a ON a.episode_id = e.id
+LEFT JOIN dedup_groups AS dg ON dg.episode_id = e.id
 LEFT JOIN episode_lineage AS l ON l.episode_id = e.id;
