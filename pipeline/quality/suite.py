@@ -145,6 +145,8 @@ def _batch_definitions() -> dict[str, Any]:
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    # GX announces its temporary docs folder at INFO on every context; the gate's own results are what matter.
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = context.data_sources.add_pandas("sluice_pregate")
