@@ -7,7 +7,9 @@ processes (the step's ``resources.cpus`` sets how many); the bytes it returns de
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import cast
@@ -21,6 +23,10 @@ from pipeline.transcode.h264 import access_unit_info, frame_letter
 from pipeline.transcode.profiles import X264_THREADS, EncoderSettings, fit_size
 
 log = logging.getLogger(__name__)
+
+#: Decoded frames held between the decode thread and the encoder: enough to ride out a slow frame on
+#: either side, small enough to bound memory (8 yuv420p frames at 720p are ~11 MB).
+PREFETCH_FRAMES = 8
 
 #: Scaler used when a camera is larger than max_pixels: area averaging does not alias on downscale.
 SCALE_INTERPOLATION = "AREA"
@@ -80,6 +86,52 @@ def decode_units(units: Sequence[bytes], *, what: str) -> Iterator[av.VideoFrame
         raise TranscodeInputError(ReasonCode.DECODE_ERROR, f"{what}: at end of stream: {exc}") from None
 
 
+def prefetched(items: Iterable[av.VideoFrame], depth: int = PREFETCH_FRAMES) -> Iterator[av.VideoFrame]:
+    """Yield ``items`` in order while a background thread produces the next ones (at most ``depth``
+    ahead); an exception raised by the producer is raised here, at the item where it occurred.
+
+    PyAV releases the GIL inside libavcodec, so decoding in the thread overlaps the encoder: on a core
+    left idle (three cameras on two encoder processes leave one idle for the last camera) the decode
+    comes for free.
+    """
+    box: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def offer(message: tuple[str, object]) -> bool:
+        """Queue ``message`` unless the consumer has gone (then give up: nobody will read it)."""
+        while not stop.is_set():
+            try:
+                box.put(message, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not offer(("item", item)):
+                    return
+            offer(("end", None))
+        except BaseException as exc:  # handed to the consumer, raised there
+            offer(("error", exc))
+
+    thread = threading.Thread(target=produce, name="decode-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = box.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                assert isinstance(value, BaseException)
+                raise value
+            yield cast(av.VideoFrame, value)
+    finally:
+        stop.set()
+        thread.join()
+
+
 def make_encoder(width: int, height: int, rate: Fraction, settings: EncoderSettings) -> VideoCodecContext:
     """A libx264 encoder configured by ``settings`` (raw Annex B out: SPS/PPS repeated before each IDR)."""
     encoder = cast(VideoCodecContext, av.CodecContext.create("libx264", "w"))
@@ -117,7 +169,7 @@ def encode_camera(job: CameraJob) -> EncodedCamera:
     # Encoder timestamps are presentation ordinals (x264 wants them rising); this maps them back to the
     # source unit each frame came from (different when the source itself had B-frames).
     source_of: list[int] = []
-    for frame in decode_units(job.units, what=f"camera {job.name}"):
+    for frame in prefetched(decode_units(job.units, what=f"camera {job.name}")):
         if encoder is None:
             source_width, source_height = frame.width, frame.height
             width, height = fit_size(frame.width, frame.height, job.settings.max_pixels)
