@@ -35,6 +35,8 @@ COMMAND_GROUPS: dict[str, str] = {
     "dataset": "pipeline.cli.dataset",
     "query": "pipeline.cli.query",
     "warehouse": "pipeline.cli.warehouse",
+    "airflow": "pipeline.cli.airflow",
+    "plan": "pipeline.cli.plan",
 }
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sluice: robot-learning data platform.")

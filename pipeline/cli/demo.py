@@ -4,7 +4,9 @@
 2. validate the example vendors in ``dags/vendors``;
 3. generate each vendor's synthetic drop where its config points (with a few named defects);
 4. ingest and pre-gate both drops;
-5. print what ended where: states per vendor and why each quarantined file was held back.
+5. transcode the accepted inputs into training-shaped episodes and clips, and run the post-gate;
+6. sync the DuckDB warehouse, build a versioned dataset and load its manifest as training rank 0 of 2 would;
+7. print what ended where: states per vendor and why each quarantined file was held back.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ def command(
         console.print("[green]✓[/] catalog migrated, roles granted")
         vendors = _validate(settings)
         drops = _make_drops(vendors, settings, episodes=episodes, seconds=seconds)
-        _ingest(vendors, settings)
+        items = _ingest(vendors, settings)
+        _transcode(vendors, settings, items)
+        _dataset(settings)
         _summary(settings, drops)
         console.print(f"\n[bold green]demo finished in {time.monotonic() - t0:.0f} s[/]")
     finally:
@@ -106,11 +110,13 @@ def _make_drops(vendors: dict[str, Any], settings: Any, *, episodes: int, second
     return drops
 
 
-def _ingest(vendors: dict[str, Any], settings: Any) -> None:
+def _ingest(vendors: dict[str, Any], settings: Any) -> dict[str, list[Any]]:
+    from pipeline.steps.base import WorkItem
     from pipeline.steps.runner import build_context
-    from pipeline.vendor_ingest import ingest_vendor
+    from pipeline.vendor_ingest import discover_vendor, ingest_vendor
 
     ctx = build_context(settings)
+    items = {}
     for name, vendor in vendors.items():
         with console.status(f"ingesting and gating {name}…"):
             report = ingest_vendor(vendor, ctx, settle_s=0.0)
@@ -119,6 +125,56 @@ def _ingest(vendors: dict[str, Any], settings: Any) -> None:
             for step, s in report.steps.items()
         )
         console.print(f"[green]✓[/] {name}: {report.discovered} files — {steps}")
+        found = discover_vendor(vendor, ctx, settle_s=0.0)
+        items[name] = [
+            WorkItem(key=c.path, source_path=c.path, size_bytes=c.size_bytes) for c in found.candidates
+        ]
+    return items
+
+
+def _transcode(vendors: dict[str, Any], settings: Any, items: dict[str, list[Any]]) -> None:
+    from pipeline.enums import StepName
+    from pipeline.orchestrate.batch import episode_items
+    from pipeline.steps.registry import step_class
+    from pipeline.steps.runner import build_context, run_step
+
+    ctx = build_context(settings)
+    for name, vendor in vendors.items():
+        episodes = episode_items(ctx, vendor, [i.source_path for i in items[name]])
+        for step_name in (StepName.TRANSCODE, StepName.QUALITY_POST):
+            with console.status(f"{step_name} {name}…"):
+                summary = run_step(step_class(step_name)(vendor, ctx), episodes)
+            console.print(
+                f"[green]✓[/] {step_name} {name}: {summary.succeeded} ok / {summary.rejected} rejected / "
+                f"{summary.skipped} already done ({summary.seconds:.0f} s)"
+            )
+
+
+def _dataset(settings: Any) -> None:
+    from pipeline.datasets import build, load_spec
+    from pipeline.manifest.loader import open_manifest
+    from pipeline.steps.runner import build_context
+    from pipeline.warehouse import sync
+
+    ctx = build_context(settings)
+    report = sync(ctx.engine, settings.warehouse_path)
+    console.print(f"[green]✓[/] warehouse synced into {settings.warehouse_path} ({report.rows_moved} rows)")
+    spec = load_spec(settings.project_dir_abs / "dags" / "datasets" / "demo_accepted.yaml")
+    version = build(spec, engine=ctx.engine, warehouse_path=settings.warehouse_path, store=ctx.store)
+    console.print(
+        f"[green]✓[/] dataset {version.ref}: {version.row_count} rows, splits {version.split_counts}, "
+        f"manifest {version.manifest_uri}"
+    )
+    if version.manifest_uri and version.row_count:
+        manifest = open_manifest(
+            version.manifest_uri, rank=0, world_size=2, cache_dir=settings.home_abs / "cache" / "manifests"
+        )
+        first = next(iter(manifest.batches(4)))
+        console.print(
+            f"[green]✓[/] training rank 0 of 2 memory-mapped the manifest: rows {manifest.row_start}–"
+            f"{manifest.row_stop} of {manifest.total_rows}; first batch of {first.num_rows} starts at "
+            f"episode {first.column('episode_id')[0]}"
+        )
 
 
 def _summary(settings: Any, drops: dict[str, Path]) -> None:

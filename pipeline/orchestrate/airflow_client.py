@@ -1,0 +1,192 @@
+"""Talking to a running Airflow without importing it: its REST API as a user, its metadata DB read-only.
+
+Used by the tests and benchmarks that run a real scheduler (:mod:`pipeline.airflow_local` starts one) and by
+anything that triggers vendor runs from outside Airflow. The metadata DB is read with plain SQL on
+Airflow's ``task_instance`` and ``import_error`` tables, the figures the scheduler itself wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pipeline.errors import InfrastructureError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+class AirflowApiError(InfrastructureError):
+    """Airflow's REST API refused a request or could not be reached."""
+
+
+@dataclass(frozen=True)
+class TaskInstanceTimes:
+    """One task instance as the metadata DB recorded it."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    state: str | None
+    pool: str
+    pool_slots: int
+    start_s: float | None  # epoch seconds
+    end_s: float | None
+
+
+def peak_pool_slots(task_instances: Iterable[TaskInstanceTimes]) -> dict[str, int]:
+    """The most slots each pool had in use at any instant, from the tasks' running intervals.
+
+    Intervals are half-open ``[start, end)``: a task that ends at the instant another starts does not
+    overlap it. (Airflow counts a slot as taken from ``queued`` on, a little before ``start``; the figure
+    is therefore never above what the scheduler counted.)
+    """
+    events: list[tuple[float, int, str, int]] = []
+    for ti in task_instances:
+        if ti.start_s is None or ti.end_s is None:
+            continue
+        events.append((ti.start_s, 1, ti.pool, ti.pool_slots))
+        events.append((ti.end_s, 0, ti.pool, -ti.pool_slots))  # 0 sorts ends before starts at a tie
+    in_use: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for _, _, pool, delta in sorted(events):
+        in_use[pool] = in_use.get(pool, 0) + delta
+        peak[pool] = max(peak.get(pool, 0), in_use[pool])
+    return peak
+
+
+class AirflowClient:
+    """One Airflow: its API at ``url`` (logged in as ``user``) and its metadata DB at ``metadata_url``."""
+
+    def __init__(self, url: str, *, user: str, password: str, metadata_url: str) -> None:
+        self.url = url.rstrip("/")
+        self.user = user
+        self._password = password
+        self.metadata_url = metadata_url
+
+    # -- the REST API -------------------------------------------------------------------------------------
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """Call the REST API as the admin user; returns the decoded JSON (None for an empty answer)."""
+        token = self._token()
+        return _request(method, f"{self.url}{path}", body, {"Authorization": f"Bearer {token}"})
+
+    def _token(self) -> str:
+        answer = _request(
+            "POST", f"{self.url}/auth/token", {"username": self.user, "password": self._password}, {}
+        )
+        return str(answer["access_token"])
+
+    def unpause(self, dag_id: str) -> None:
+        self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(
+        self, dag_id: str, conf: Mapping[str, Any] | None = None, *, run_id: str | None = None
+    ) -> str:
+        """Start a run now; returns its run id."""
+        body: dict[str, Any] = {"logical_date": None, "conf": dict(conf or {})}
+        if run_id:
+            body["dag_run_id"] = run_id
+        return str(self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)["dag_run_id"])
+
+    def wait_for_dags(self, dag_ids: Iterable[str], *, timeout_s: float = 120.0) -> None:
+        """Wait until the DAG processor has registered these DAGs (they can then be triggered)."""
+        wanted = set(dag_ids)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = {d["dag_id"] for d in self.api("GET", "/api/v2/dags?limit=1000")["dags"]}
+            if wanted <= found:
+                return
+            time.sleep(1.0)
+        raise AirflowApiError(f"DAGs {sorted(wanted - found)} did not appear within {timeout_s:g} s")
+
+    def wait_for_run(self, dag_id: str, run_id: str, *, timeout_s: float = 600.0) -> str:
+        """Wait until the run is finished; returns its state (``success`` or ``failed``)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = str(self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"])
+            if state in ("success", "failed"):
+                return state
+            time.sleep(1.0)
+        raise AirflowApiError(f"run {dag_id}/{run_id} did not finish within {timeout_s:g} s")
+
+    # -- the metadata DB (read only) ----------------------------------------------------------------------
+
+    def metadata_engine(self) -> Engine:
+        from sqlalchemy import create_engine
+
+        return create_engine(self.metadata_url)
+
+    def task_instances(self, dag_id: str, run_id: str | None = None) -> list[TaskInstanceTimes]:
+        """Every task instance of a DAG (or of one run) with its pool and start and end times."""
+        from sqlalchemy import text
+
+        query = (
+            "SELECT dag_id, run_id, task_id, map_index, state, pool, pool_slots, start_date, end_date "
+            "FROM task_instance WHERE dag_id = :dag_id" + (" AND run_id = :run_id" if run_id else "")
+        )
+        engine = self.metadata_engine()
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(text(query), {"dag_id": dag_id, "run_id": run_id}).all()
+        finally:
+            engine.dispose()
+        return [
+            TaskInstanceTimes(
+                r.dag_id,
+                r.run_id,
+                r.task_id,
+                r.map_index,
+                r.state,
+                r.pool,
+                r.pool_slots,
+                _epoch(r.start_date),
+                _epoch(r.end_date),
+            )
+            for r in rows
+        ]
+
+    def import_errors(self) -> dict[str, str]:
+        """File → stack trace of the DAG files that failed to import."""
+        from sqlalchemy import text
+
+        engine = self.metadata_engine()
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(text("SELECT filename, stacktrace FROM import_error")).all()
+        finally:
+            engine.dispose()
+        return {str(r.filename): str(r.stacktrace) for r in rows}
+
+
+def _epoch(value: datetime | str | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):  # SQLite hands back text
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.timestamp()
+
+
+def _request(method: str, url: str, body: Any, headers: Mapping[str, str]) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json", **headers}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:500]
+        raise AirflowApiError(f"{method} {url} answered {exc.code}: {detail}") from None
+    except OSError as exc:
+        raise AirflowApiError(f"{method} {url} failed: {exc}") from None
+    return json.loads(raw) if raw else None

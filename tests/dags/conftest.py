@@ -1,0 +1,102 @@
+"""DAG-test fixtures: one Airflow metadata DB per session, a synthetic vendor per test, ``dag.test()`` runs.
+
+Airflow reads its configuration once, at first import, so every test here that touches Airflow depends on
+the session fixture :func:`airflow_home`, which sets ``AIRFLOW_*`` for the session (undone at its end) and
+migrates one SQLite metadata DB before anything imports ``airflow``. Test modules import ``airflow`` only
+inside fixtures and tests for the same reason.
+
+The DAG folder Airflow sees holds one generated file rendering the vendors of ``SLUICE_VENDORS_DIR`` with the
+repository's factory and :mod:`dag_test_steps` (the registered steps with failure injection).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from dag_helpers import REPO_DAGS, AirflowHome, SyntheticVendor, vendor_config
+
+AIRFLOW_BIN = Path(sys.executable).with_name("airflow")
+TEST_DAG_FILE = '''"""Airflow DAGs of the test suite: the vendors of SLUICE_VENDORS_DIR, run with dag_test_steps."""
+
+from sluice_factory import vendor_dags
+
+globals().update(vendor_dags(step_resolver="dag_test_steps:step_class", executor="local"))
+'''
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHome]:
+    """Airflow configured for the session: a migrated SQLite metadata DB and a DAG folder of test DAGs."""
+    if "airflow" in sys.modules:
+        pytest.fail("airflow was imported before its test configuration was set")
+    home = tmp_path_factory.mktemp("airflow_home")
+    dags_folder = home / "dags"
+    dags_folder.mkdir()
+    (dags_folder / "test_vendor_dags.py").write_text(TEST_DAG_FILE)
+    env = {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        mp.syspath_prepend(str(REPO_DAGS))
+        subprocess.run([str(AIRFLOW_BIN), "db", "migrate"], check=True, capture_output=True, timeout=300)
+        yield AirflowHome(home, dags_folder)
+
+
+@pytest.fixture
+def migrated_database_url(fresh_database_url: Callable[[], str]) -> str:
+    """A new catalog database on the session's Postgres, migrated to head."""
+    from pipeline.catalog import migrate
+
+    url = fresh_database_url()
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def robot_drop(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three clean two-second robot episodes (one second has a gap-rate edge effect) and their calibration sidecar (made once)."""
+    from pipeline.synth import RobotDropConfig, make_robot_drop
+
+    out = tmp_path_factory.mktemp("robot_drop") / "drop"
+    make_robot_drop(out, RobotDropConfig(episodes=3, seconds=2.0))
+    return out
+
+
+@pytest.fixture
+def synthetic_vendor(
+    airflow_home: AirflowHome,
+    robot_drop: Path,
+    migrated_database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> SyntheticVendor:
+    """A fresh vendor ``synth_robot`` with every step on, its own drop copy, catalog and store."""
+    drop = tmp_path / "drop"
+    shutil.copytree(robot_drop, drop)
+    vendors_dir = tmp_path / "vendors"
+    vendors_dir.mkdir()
+    name = "synth_robot"
+    (vendors_dir / f"{name}.yaml").write_text(yaml.safe_dump(vendor_config(name, drop), sort_keys=False))
+    store = tmp_path / "store"
+    for key, value in {
+        "SLUICE_HOME": tmp_path / "home",
+        "SLUICE_DATABASE_URL": migrated_database_url,
+        "SLUICE_STORE_URL": store,
+        "SLUICE_VENDORS_DIR": vendors_dir,
+        "SLUICE_PROJECT_DIR": tmp_path,
+    }.items():
+        monkeypatch.setenv(key, str(value))
+    monkeypatch.delenv("SLUICE_RAY_ADDRESS", raising=False)
+    return SyntheticVendor(name, vendors_dir, drop, store, migrated_database_url, airflow_home)

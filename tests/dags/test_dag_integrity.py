@@ -1,0 +1,173 @@
+"""DAG integrity over the whole DAG folder: every vendor file parses, with the settings its config asks for.
+
+Airflow is imported inside the tests only: it reads its configuration at first import, which the session
+fixture ``airflow_home`` sets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dag_helpers import REPO, REPO_DAGS, AirflowHome
+
+from pipeline.config import load_vendor
+from pipeline.enums import StepName
+
+pytestmark = pytest.mark.airflow
+
+VENDOR_FILES = sorted((REPO_DAGS / "vendors").glob("*.yaml"))
+STEPS = [step.value for step in StepName]
+HEAVY = {"av", "ray", "ortools", "duckdb", "numpy", "pyarrow", "great_expectations", "torch", "psycopg2"}
+#: Parsing all vendor files takes ≈ 0.25 s here; Airflow's own import timeout is 30 s.
+PARSE_BUDGET_S = 2.0
+
+
+def _bag(vendors_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from airflow.dag_processing.dagbag import BundleDagBag
+
+    monkeypatch.setenv("SLUICE_VENDORS_DIR", str(vendors_dir))
+    monkeypatch.setenv("SLUICE_PROJECT_DIR", str(REPO))
+    folder = str(REPO_DAGS)
+    return BundleDagBag(dag_folder=folder, bundle_path=folder, bundle_name="dags-folder")
+
+
+@pytest.fixture(scope="module")
+def repo_bag(airflow_home: AirflowHome) -> Iterator[Any]:
+    """The repository's DAG folder with its own vendor files."""
+    with pytest.MonkeyPatch.context() as mp:
+        yield _bag(REPO_DAGS / "vendors", mp)
+
+
+def test_every_vendor_file_becomes_a_dag_and_nothing_fails_to_import(repo_bag: Any) -> None:
+    assert VENDOR_FILES, "the repository ships example vendor files"
+    assert repo_bag.import_errors == {}
+    assert set(repo_bag.dag_ids) == {path.stem for path in VENDOR_FILES}
+
+
+@pytest.mark.parametrize("vendor_file", VENDOR_FILES, ids=lambda p: p.stem)
+def test_dag_settings_come_from_the_vendor_config(repo_bag: Any, vendor_file: Path) -> None:
+    vendor = load_vendor(vendor_file, base_dir=REPO)
+    dag = repo_bag.dags[vendor.name]
+    assert dag.catchup is False
+    assert dag.max_active_runs == 1
+    assert {"sluice", vendor.kind.value, *vendor.tags} <= set(dag.tags)
+    assert dag.owner == vendor.owner
+    assert dag.default_args["retries"] >= 1
+    assert dag.doc_md and vendor.name in dag.doc_md and str(vendor_file.name) in dag.doc_md
+    assert vendor.description in dag.doc_md
+    expected_schedule = vendor.schedule.cron
+    assert (
+        getattr(dag.timetable, "_expression", None) == expected_schedule or dag.schedule == expected_schedule
+    )
+    for step, config in vendor.steps.items():
+        task = dag.get_task(step.value)
+        assert (task.pool, task.pool_slots, task.retries) == (config.pool, config.pool_slots, config.retries)
+        assert task.execution_timeout == timedelta(seconds=config.timeout_s)
+        param = dag.params.get_param(step.value)
+        assert param.value is config.enabled
+        assert param.schema["type"] == "boolean"
+        assert "critical" in param.description
+    assert set(dag.params.keys()) == set(STEPS)
+
+
+def test_task_topology(repo_bag: Any) -> None:
+    """validate_conf → discover → plan → per batch (mapped) the six steps in order → warehouse_sync → finalize."""
+    chain = ["validate_conf", "discover", "plan", *STEPS, "warehouse_sync", "finalize"]
+    for dag in repo_bag.dags.values():
+        assert set(dag.task_ids) == set(chain)
+        for upstream, downstream in itertools.pairwise(chain):
+            assert downstream in dag.get_task(upstream).downstream_task_ids, (
+                dag.dag_id,
+                upstream,
+                downstream,
+            )
+        assert dag.get_task("finalize").downstream_task_ids == set()
+        assert [t.task_id for t in dag.leaves] == ["finalize"]
+        mapped = {t.task_id for t in dag.tasks if t.get_closest_mapped_task_group() is not None}
+        assert mapped == set(STEPS)
+        assert {t.task_group.group_id for t in dag.tasks if t.task_id in STEPS} == {"batch"}
+        for task_id in ("warehouse_sync", "finalize"):
+            assert dag.get_task(task_id).trigger_rule == "all_done"
+
+
+def test_trigger_rules_follow_criticality(airflow_home: AirflowHome) -> None:
+    """After a critical step a failure stops the batch; after a non-critical one the batch goes on."""
+    from sluice_factory import build_vendor_dag
+
+    vendor_file = REPO_DAGS / "vendors" / "acme_robotics.yaml"
+    vendor = load_vendor(vendor_file, base_dir=REPO)
+    steps = vendor.steps.model_copy(
+        update={"quality_post": vendor.steps["quality_post"].model_copy(update={"critical": False})}
+    )
+    dag = build_vendor_dag(vendor.model_copy(update={"steps": steps}), vendor_file=vendor_file)
+    rules = {step: dag.get_task(step).trigger_rule for step in STEPS}
+    assert rules == {
+        "ingest": "all_success",
+        "quality_pre": "none_failed",
+        "transcode": "none_failed",
+        "quality_post": "none_failed",
+        "annotate": "all_done",  # quality_post is non-critical here
+        "shard": "all_done",  # annotate is non-critical
+    }
+
+
+def test_parsing_stays_cheap_and_touches_no_database(repo_bag: Any, airflow_home: AirflowHome) -> None:
+    for stat in repo_bag.dagbag_stats:
+        assert stat.duration.total_seconds() < PARSE_BUDGET_S, stat
+    # In a fresh interpreter: what parsing the DAG folder imports. A catalog URL is set, so a connection
+    # made at parse time would import its driver.
+    code = (
+        "import json, sys\n"
+        "from airflow.dag_processing.dagbag import BundleDagBag\n"
+        "before = set(sys.modules)\n"
+        f"bag = BundleDagBag(dag_folder={str(REPO_DAGS)!r}, bundle_path={str(REPO_DAGS)!r}, "
+        "bundle_name='dags-folder')\n"
+        "print(json.dumps({'dags': sorted(bag.dag_ids), 'errors': list(bag.import_errors),\n"
+        "    'new': sorted({m.split('.')[0] for m in set(sys.modules) - before})}))\n"
+    )
+    env_overrides = {
+        "SLUICE_VENDORS_DIR": str(REPO_DAGS / "vendors"),
+        "SLUICE_PROJECT_DIR": str(REPO),
+        "SLUICE_DATABASE_URL": "postgresql+psycopg2://nobody@127.0.0.1:9/none",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env_overrides},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["errors"] == [] and report["dags"] == sorted(p.stem for p in VENDOR_FILES)
+    assert HEAVY.isdisjoint(report["new"]), sorted(HEAVY & set(report["new"]))
+
+
+def test_a_broken_vendor_file_is_an_import_error_of_its_own(
+    airflow_home: AirflowHome, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vendors = tmp_path / "vendors"
+    vendors.mkdir()
+    shutil.copy(REPO_DAGS / "vendors" / "acme_robotics.yaml", vendors)
+    broken = (REPO_DAGS / "vendors" / "northwind_video.yaml").read_text()
+    broken = broken.replace("    pool_slots: 2\n", "    pool: gpu_farm\n", 1)
+    assert "gpu_farm" in broken
+    (vendors / "northwind_video.yaml").write_text(broken)
+    bag = _bag(vendors, monkeypatch)
+    # The other vendor's DAG loads, and comes from a file without import errors (Airflow marks every DAG
+    # of a file with an import error as stale).
+    assert set(bag.dag_ids) == {"acme_robotics"}
+    assert set(bag.import_errors) == {"vendor_config_check.py"}
+    message = bag.import_errors["vendor_config_check.py"]
+    assert "northwind_video.yaml" in message and "steps.transcode.pool" in message and "gpu_farm" in message
+    assert bag.dags["acme_robotics"].relative_fileloc == "vendor_dags.py"

@@ -1,0 +1,147 @@
+"""The run-level functions without Airflow, against a real catalog: open, discover, plan, run, finalize."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+
+import pytest
+from orchestrate_helpers import write_vendor
+from sqlalchemy import text
+
+from pipeline.bench.stagger import TimedIngest
+from pipeline.enums import RunOutcome
+from pipeline.orchestrate import (
+    BatchMismatchError,
+    TaskState,
+    discover,
+    finalize,
+    plan,
+    run_batch_step,
+    start_run,
+    validate_conf,
+)
+from pipeline.settings import Settings
+from pipeline.steps.base import StepContext
+
+pytestmark = pytest.mark.integration
+
+
+def _open(ctx: StepContext, drop: Path, tmp_path: Path, *, stagger_s: float = 0.0) -> tuple:  # type: ignore[type-arg]
+    vendor = write_vendor(tmp_path, drop, stagger_s=stagger_s)
+    run_id = start_run(ctx, vendor, dag_id=vendor.name, run_id="manual__1", toggles=validate_conf(vendor, {}))
+    return vendor, run_id
+
+
+def test_discover_and_plan_record_batches_and_their_files(
+    ctx: StepContext, drop: Path, tmp_path: Path
+) -> None:
+    vendor, run_id = _open(ctx, drop, tmp_path)
+    found = discover(ctx, vendor, run_id)
+    assert (found["n_candidates"], found["total_bytes"]) == (5, 15000)
+    listing = json.loads(Path(found["listing_uri"].removeprefix("file://")).read_text())
+    assert sorted(c["path"] for c in listing["candidates"]) == [f"part_{i}.mcap" for i in range(5)]
+    planned = plan(ctx, vendor, run_id)
+    assert planned["k"] == 2
+    with ctx.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT id, batch_index, n_files, planned_bytes FROM batches WHERE pipeline_run_id = :r"),
+            {"r": run_id},
+        ).all()
+    assert sorted(r.id for r in rows) == sorted(planned["batch_ids"])
+    assert sum(r.n_files for r in rows) == 5 and sum(r.planned_bytes for r in rows) == 15000
+    files = [
+        f["path"]
+        for r in rows
+        for f in json.loads((tmp_path / "store" / f"runs/{run_id}/batches/{r.batch_index}.json").read_text())[
+            "files"
+        ]
+    ]
+    assert sorted(files) == [f"part_{i}.mcap" for i in range(5)]
+    # A retried plan task overwrites the same rows.
+    assert plan(ctx, vendor, run_id)["batch_ids"] == planned["batch_ids"]
+    # A retried run (same Airflow run id) is the same pipeline run.
+    assert start_run(ctx, vendor, dag_id=vendor.name, run_id="manual__1", toggles={}) == run_id
+
+
+def test_a_batch_step_resumes_and_waits_its_start_offset_once(
+    settings: Settings, ctx: StepContext, drop: Path, tmp_path: Path
+) -> None:
+    vendor, run_id = _open(ctx, drop, tmp_path, stagger_s=0.4)
+    discover(ctx, vendor, run_id)
+    first, second = plan(ctx, vendor, run_id)["batch_ids"]
+    started = time.monotonic()
+    done = run_batch_step(
+        settings, vendor, "ingest", run_id, second, ctx=ctx, step_cls=TimedIngest, start_offset=True
+    )
+    assert time.monotonic() - started >= 0.4 and done["waited_s"] == pytest.approx(0.4)
+    assert done["succeeded"] == done["files"] > 0 and done["failed"] == 0
+    # The same step again (a cleared task): everything is already done under this config.
+    again = run_batch_step(settings, vendor, "ingest", run_id, second, ctx=ctx, step_cls=TimedIngest)
+    assert (again["succeeded"], again["skipped"]) == (0, done["files"])
+    assert again["waited_s"] < 0.4  # no offset again, at most the pace behind the first start
+    # The first batch has no offset; a batch id of another run is refused.
+    assert (
+        run_batch_step(settings, vendor, "ingest", run_id, first, ctx=ctx, step_cls=TimedIngest)["failed"]
+        == 0
+    )
+    other = start_run(ctx, vendor, dag_id=vendor.name, run_id="manual__2", toggles={})
+    with pytest.raises(BatchMismatchError):
+        run_batch_step(settings, vendor, "ingest", other, first, ctx=ctx, step_cls=TimedIngest)
+
+
+def test_finalize_records_the_outcome_and_the_warnings(ctx: StepContext, drop: Path, tmp_path: Path) -> None:
+    vendor, run_id = _open(ctx, drop, tmp_path)
+    states = [TaskState(t, -1, "success") for t in ("validate_conf", "discover", "plan", "warehouse_sync")]
+    states += [TaskState("annotate", 0, "failed"), TaskState("annotate", 1, "success")]
+    decision = finalize(ctx, vendor, run_id, states, batch_ids=[7, 8])
+    assert decision.outcome is RunOutcome.SUCCEEDED_WITH_WARNINGS
+    with ctx.engine.connect() as conn:
+        outcome, warnings, ended = conn.execute(
+            text("SELECT outcome, warnings, ended_at FROM pipeline_runs WHERE id = :r"), {"r": run_id}
+        ).one()
+    assert outcome == "succeeded_with_warnings" and ended is not None
+    assert warnings == [
+        {
+            "step": "annotate",
+            "critical": False,
+            "batches": [7],
+            "detail": "failed in 1 of 2 batch(es)",
+            "failed_items": 0,
+        }
+    ]
+
+
+def test_starts_of_one_step_are_paced_whatever_order_the_tasks_arrive_in(ctx: StepContext) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import UTC, datetime, timedelta
+
+    from pipeline.enums import StepName
+    from pipeline.orchestrate.batch import reserve_start
+
+    now = datetime.now(UTC)
+    pace = timedelta(seconds=3)
+
+    def first_step(offset_s: float, arrival_s: float) -> datetime:
+        arrival = now + timedelta(seconds=arrival_s)
+        return reserve_start(ctx, 1, StepName.INGEST, now=arrival, pace_s=3.0, offset_s=offset_s)
+
+    # Four batches planned 3 s apart reach their first step last-first and a little apart: each still
+    # gets its planned slot, counted from the first arrival.
+    slots = [
+        first_step(offset, arrival) for offset, arrival in ((9.0, 0.0), (6.0, 0.4), (3.0, 0.2), (0.0, 0.7))
+    ]
+    assert slots == [now + 3 * pace, now + 2 * pace, now + pace, now + timedelta(seconds=0.7)]
+    # A later step whose tasks are launched in the same instant: they start a pace apart.
+    with ThreadPoolExecutor(4) as pool:
+        starts = sorted(
+            pool.map(lambda _: reserve_start(ctx, 1, StepName.TRANSCODE, now=now, pace_s=3.0), range(4))
+        )
+    assert [(b - a).total_seconds() for a, b in itertools.pairwise(starts)] == [3.0, 3.0, 3.0]
+    assert starts[0] == now
+    # Another run, or a rerun long after, is not held back by these reservations.
+    assert reserve_start(ctx, 2, StepName.TRANSCODE, now=now, pace_s=3.0) == now
+    later = now + timedelta(hours=1)
+    assert reserve_start(ctx, 1, StepName.TRANSCODE, now=later, pace_s=3.0) == later
