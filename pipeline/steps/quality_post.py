@@ -33,7 +33,30 @@ class QualityPostStep(Step):
     name = StepName.QUALITY_POST
 
     def items(self, batch_items: Sequence[WorkItem]) -> list[WorkItem]:
-        return usable_items(self.ctx.engine, batch_items)
+        """Usable episodes that transcode recorded as done under its current config: with transcode switched
+        off for a run (or not yet run) there is nothing to check, and nothing is quarantined for it."""
+        from sqlalchemy import select
+
+        from pipeline.catalog import make_session_factory, session_scope
+        from pipeline.catalog.models import StepRun
+        from pipeline.enums import StepStatus
+
+        usable = usable_items(self.ctx.engine, batch_items)
+        ids = [i.episode_id for i in usable if i.episode_id is not None]
+        if not ids:
+            return []
+        with session_scope(make_session_factory(self.ctx.engine)) as session:
+            transcoded = set(
+                session.execute(
+                    select(StepRun.episode_id).where(
+                        StepRun.episode_id.in_(ids),
+                        StepRun.step == StepName.TRANSCODE.value,
+                        StepRun.config_hash == self.transcode_config_hash,
+                        StepRun.status == StepStatus.SUCCEEDED.value,
+                    )
+                ).scalars()
+            )
+        return [i for i in usable if i.episode_id in transcoded]
 
     @property
     def transcode_config_hash(self) -> str:
