@@ -11,7 +11,6 @@ import pytest
 from orchestrate_helpers import write_vendor
 from sqlalchemy import text
 
-from pipeline.bench.stagger import TimedIngest
 from pipeline.enums import RunOutcome
 from pipeline.orchestrate import (
     BatchMismatchError,
@@ -25,6 +24,7 @@ from pipeline.orchestrate import (
 )
 from pipeline.settings import Settings
 from pipeline.steps.base import StepContext
+from pipeline.steps.ingest import IngestStep
 
 pytestmark = pytest.mark.integration
 
@@ -74,22 +74,21 @@ def test_a_batch_step_resumes_and_waits_its_start_offset_once(
     first, second = plan(ctx, vendor, run_id)["batch_ids"]
     started = time.monotonic()
     done = run_batch_step(
-        settings, vendor, "ingest", run_id, second, ctx=ctx, step_cls=TimedIngest, start_offset=True
+        settings, vendor, "ingest", run_id, second, ctx=ctx, step_cls=IngestStep, start_offset=True
     )
     assert time.monotonic() - started >= 0.4 and done["waited_s"] == pytest.approx(0.4)
     assert done["succeeded"] == done["files"] > 0 and done["failed"] == 0
     # The same step again (a cleared task): everything is already done under this config.
-    again = run_batch_step(settings, vendor, "ingest", run_id, second, ctx=ctx, step_cls=TimedIngest)
+    again = run_batch_step(settings, vendor, "ingest", run_id, second, ctx=ctx, step_cls=IngestStep)
     assert (again["succeeded"], again["skipped"]) == (0, done["files"])
     assert again["waited_s"] < 0.4  # no offset again, at most the pace behind the first start
     # The first batch has no offset; a batch id of another run is refused.
     assert (
-        run_batch_step(settings, vendor, "ingest", run_id, first, ctx=ctx, step_cls=TimedIngest)["failed"]
-        == 0
+        run_batch_step(settings, vendor, "ingest", run_id, first, ctx=ctx, step_cls=IngestStep)["failed"] == 0
     )
     other = start_run(ctx, vendor, dag_id=vendor.name, run_id="manual__2", toggles={})
     with pytest.raises(BatchMismatchError):
-        run_batch_step(settings, vendor, "ingest", other, first, ctx=ctx, step_cls=TimedIngest)
+        run_batch_step(settings, vendor, "ingest", other, first, ctx=ctx, step_cls=IngestStep)
 
 
 def test_finalize_records_the_outcome_and_the_warnings(ctx: StepContext, drop: Path, tmp_path: Path) -> None:
