@@ -99,6 +99,9 @@ class Step(ABC):
     def setup(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Per-worker initialisation (decoders, models); runs once before the first ``process``."""
 
+    def close(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Release what ``setup`` acquired (process pools, decoders); the runner calls it after a batch."""
+
     @abstractmethod
     def items(self, batch_items: Sequence[WorkItem]) -> list[WorkItem]:
         """The items of a batch this step must process (e.g. only accepted episodes after the pre-gate)."""

@@ -196,7 +196,10 @@ def _run_local(
     step: Step, items: Sequence[WorkItem], pipeline_run_id: int | None, batch_id: int | None
 ) -> list[StepResult]:
     step.setup()
-    return [process_and_record(step, item, pipeline_run_id, batch_id) for item in items]
+    try:
+        return [process_and_record(step, item, pipeline_run_id, batch_id) for item in items]
+    finally:
+        step.close()
 
 
 class _RayWorker:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,16 +52,6 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHo
         mp.syspath_prepend(str(REPO_DAGS))
         subprocess.run([str(AIRFLOW_BIN), "db", "migrate"], check=True, capture_output=True, timeout=300)
         yield AirflowHome(home, dags_folder)
-
-
-@pytest.fixture
-def migrated_database_url(fresh_database_url: Callable[[], str]) -> str:
-    """A new catalog database on the session's Postgres, migrated to head."""
-    from pipeline.catalog import migrate
-
-    url = fresh_database_url()
-    migrate.upgrade(url)
-    return url
 
 
 @pytest.fixture(scope="session")
