@@ -325,12 +325,20 @@ def migrate_catalog(settings: Settings, revision: str = "head") -> list[str]:
     import json
 
     from pipeline.catalog.migrate import upgrade
-    from pipeline.catalog.roles import RoleNames, ensure_roles, grant_privileges
+    from pipeline.catalog.roles import RoleNames, ensure_roles, grant_privileges, missing_roles
 
     url = database_url(settings)
     upgrade(url, revision)
     if settings.database_url:
-        grant_privileges(url)
+        missing = missing_roles(url)
+        if missing:
+            log.warning(
+                "roles %s do not exist on this server, so no privileges were granted: create them "
+                "(CREATE ROLE name LOGIN PASSWORD '...'), then run `sluice db migrate` again",
+                ", ".join(missing),
+            )
+        else:
+            grant_privileges(url)
         return []
     secrets_file = local_cluster(settings).root / "roles.json"
     if not secrets_file.exists():

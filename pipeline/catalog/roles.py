@@ -119,6 +119,15 @@ def create_roles(
             )
 
 
+def missing_roles(admin_url: str, names: RoleNames = RoleNames()) -> list[str]:
+    """The two roles that do not exist on the server at ``admin_url`` (none, one or both)."""
+    wanted = [names.writer, names.reader]
+    with _connect(admin_url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)", (wanted,))
+        present = {row[0] for row in cur.fetchall()}
+    return [role for role in wanted if role not in present]
+
+
 def grant_privileges(admin_url: str, names: RoleNames = RoleNames()) -> list[str]:
     """Grant the two roles their privileges on the catalog tables of the database at ``admin_url``.
 
