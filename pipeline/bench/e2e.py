@@ -1,0 +1,402 @@
+"""``sluice bench e2e``: from a new vendor drop to a training rank's first batch, and how long training waits.
+
+**Time to first batch** (``time_to_first_batch_s``). The clock starts when a synthetic drop of a vendor the
+platform has never seen is complete (its ready marker written) and stops when a training rank holds its
+first batch of decoded samples:
+
+1. ``dag``: the vendor's DAG from ``dags/`` runs once through the local Airflow (``airflow dags test``:
+   discover, plan, ingest, pre-gate, transcode, post-gate, warehouse sync; the vendor's defaults leave
+   annotate and shard off, and a first batch needs neither);
+2. ``dataset``: a dataset version over the vendor is built from the warehouse and its manifest written;
+3. ``manifest``: training rank 0 fetches the manifest into its node cache and memory-maps its share;
+4. ``first_batch``: the loader reads its first batch of samples through :class:`pipeline.reader.EpisodeReader`.
+
+The throwaway Postgres, the Airflow metadata DB and the drop are made before the clock starts (a running
+platform has them); the ``airflow dags test`` process's start (≈ 8 s of imports here) is inside it, as a
+worker's would be. The DAG's own time is broken down per task from the metadata DB.
+
+**Data stall** (``data_stall_pct``). A simulated training loop over the manifest's train split: each step
+takes a batch from the loader, then "computes" for ``step_ms`` (a sleep: the accelerator's time, during
+which the host's cores are free); the loader prefetches batches on ``loader_workers`` threads, each with its
+own readers (PyAV and zstd release the GIL). Stall = the share of the loop's wall time spent waiting for a
+batch. The same loop with a synchronous loader (no prefetch) is measured beside it, and the step time at
+which the prefetching loader stops stalling is found by running a few step times.
+
+A sample is the reader's default: 2 s of resampled state and actions plus 2 decoded frames from each camera.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import SluiceError, UnknownChoiceError
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+VENDOR = "e2e_robotics"
+DATASET = "e2e_first_batch"
+
+SIZES: dict[str, dict[str, Any]] = {
+    # 6 episodes of 4 s, three 320x240 cameras: a first drop of a new vendor, small enough for 2 cores.
+    "default": {
+        "episodes": 6,
+        "seconds": 4.0,
+        "width": 320,
+        "height": 240,
+        "batch_size": 8,
+        "loader_workers": 2,
+        "prefetch_batches": 4,
+        "step_ms": 200.0,
+        "steps": 40,
+        "step_ms_sweep": [25.0, 50.0, 100.0, 200.0, 400.0],
+        "sweep_steps": 20,
+    },
+    "small": {
+        "episodes": 2,
+        "seconds": 3.0,
+        "width": 160,
+        "height": 120,
+        "batch_size": 4,
+        "loader_workers": 2,
+        "prefetch_batches": 2,
+        "step_ms": 100.0,
+        "steps": 10,
+        "step_ms_sweep": [50.0, 200.0],
+        "sweep_steps": 6,
+    },
+    "large": {
+        "episodes": 24,
+        "seconds": 10.0,
+        "width": 640,
+        "height": 480,
+        "batch_size": 16,
+        "loader_workers": 2,
+        "prefetch_batches": 4,
+        "step_ms": 400.0,
+        "steps": 60,
+        "step_ms_sweep": [50.0, 100.0, 200.0, 400.0, 800.0],
+        "sweep_steps": 30,
+    },
+}
+#: Seconds of history a sample needs before its time (the reader's default window).
+WINDOW_S = 2.0
+SEED = 7
+
+
+def run(size: str, settings: Settings) -> dict[str, Any]:
+    """Time a new drop to its first training batch, then measure data stall; see the module docstring."""
+    if size not in SIZES:
+        raise UnknownChoiceError("--size", size, sorted(SIZES))
+    options = SIZES[size]
+    base = settings.home_abs / "bench" / "e2e"
+    base.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="run-", dir=base))
+    os.chmod(work, 0o755)  # the local Postgres may run as another user and must reach its folder
+    try:
+        return _run(work, options, size)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(work: Path, options: dict[str, Any], size: str) -> dict[str, Any]:
+    from pipeline.airflow_local import LocalAirflow, settings_env
+    from pipeline.catalog import make_engine, migrate
+    from pipeline.orchestrate.dag_test import run_dag
+    from pipeline.pgserver import LocalPostgres
+    from pipeline.store import Store
+
+    wall_started = time.perf_counter()
+    server = LocalPostgres(work / "pg", fast=True)
+    url = server.up()
+    try:
+        migrate.upgrade(url)
+        drop = work / "drop"
+        vendors_dir = work / "vendors"
+        vendors_dir.mkdir()
+        (vendors_dir / f"{VENDOR}.yaml").write_text(_vendor_yaml(drop))
+        home = work / "home"
+        settings = Settings(home=home, database_url=url, vendors_dir=vendors_dir)
+        airflow = LocalAirflow(home / "airflow", sluice_env=settings_env(settings))
+        airflow.migrate()
+        staged = _make_drop(work / "drop.partial", options)
+
+        # -- the clock starts: the drop appears, complete --------------------------------------------------
+        t0 = time.perf_counter()
+        staged.rename(drop)
+        (drop / "_READY").touch()
+        run = run_dag(airflow, VENDOR)
+        t_dag = time.perf_counter()
+        if not run.succeeded:
+            raise BenchRunFailed(f"the {VENDOR} DAG run ended {run.state}; see {run.log_path}")
+        engine = make_engine(url)
+        store = Store(home / "store")
+        version = _build_dataset(work, engine, settings, store)
+        t_dataset = time.perf_counter()
+        manifest = _open_manifest(version.manifest_uri, work / "cache")
+        t_manifest = time.perf_counter()
+        episodes = _episodes(manifest)
+        # The loader a training job starts with; nothing is prefetched yet when the first batch is asked for.
+        loader = SampleLoader(
+            episodes, options["batch_size"], workers=options["loader_workers"], prefetch=0, seed=SEED
+        )
+        first = next(iter(loader))
+        t_first = time.perf_counter()
+        loader.close()
+        # -- the clock stops -------------------------------------------------------------------------------
+
+        phases = {
+            "dag": t_dag - t0,
+            "dataset": t_dataset - t_dag,
+            "manifest": t_manifest - t_dataset,
+            "first_batch": t_first - t_manifest,
+        }
+        stall = _stall(episodes, options)
+        engine.dispose()
+    finally:
+        server.destroy()
+
+    tasks = _task_seconds(run)
+    results: dict[str, Any] = {
+        "time_to_first_batch_s": round(t_first - t0, 3),
+        "data_stall_pct": stall["prefetch"]["stall_pct"],
+        "data_stall_pct_synchronous": stall["synchronous"]["stall_pct"],
+        "step_ms": options["step_ms"],
+        "batch_size": options["batch_size"],
+        "loader_workers": options["loader_workers"],
+        "prefetch_batches": options["prefetch_batches"],
+        "batch_ms_median": stall["synchronous"]["batch_ms_median"],
+        "samples_per_s_one_worker": stall["synchronous"]["samples_per_s"],
+        "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
+        "dag_task_seconds": tasks,
+        "dag_process_overhead_s": round(phases["dag"] - sum(tasks.values()), 3),
+        "episodes": len(episodes),
+        "manifest_rows": manifest.total_rows,
+        "first_batch_samples": len(first),
+        "dataset_version": version.ref,
+        "stall_by_step_ms": stall["sweep"],
+        # Series for the report's line plots: stall % over the swept step times, and the wait of each step.
+        "data_stall_pct_over_step_ms": [row["stall_pct"] for row in stall["sweep"]],
+        "wait_ms_per_step": stall["prefetch"]["wait_ms"],
+        "size": size,
+        "drop": {k: options[k] for k in ("episodes", "seconds", "width", "height")},
+        "cpus": len(os.sched_getaffinity(0)),
+        "load_average": os.getloadavg(),
+        "wall_s": round(time.perf_counter() - wall_started, 1),
+    }
+    return results
+
+
+class BenchRunFailed(SluiceError):
+    """The pipeline under measurement did not finish (the benchmark has no figure to report)."""
+
+
+# -- set-up -----------------------------------------------------------------------------------------------
+
+
+def _vendor_yaml(drop: Path) -> str:
+    """The Acme example vendor under a new name, reading ``drop`` once its ready marker is there."""
+    import yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    data = yaml.safe_load((repo / "dags" / "vendors" / "acme_robotics.yaml").read_text())
+    data["name"] = VENDOR
+    data["source"] = {**data["source"], "url": str(drop), "settle_s": 0, "ready_marker": "_READY"}
+    data["schedule"] = {"cron": None}
+    # One batch per core and no start offsets: staggering protects a busy scheduler, and would only add its
+    # offsets to a single vendor's first run.
+    data["planner"] = {**data.get("planner", {}), "max_splits": 2, "batch_stagger_s": 0}
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _make_drop(folder: Path, options: dict[str, Any]) -> Path:
+    from pipeline.synth import RobotDropConfig, make_robot_drop
+
+    config = RobotDropConfig(
+        episodes=options["episodes"],
+        seconds=options["seconds"],
+        width=options["width"],
+        height=options["height"],
+    )
+    make_robot_drop(folder, config, jobs=2)
+    return folder
+
+
+def _build_dataset(work: Path, engine: Any, settings: Settings, store: Any) -> Any:
+    import yaml
+
+    from pipeline.datasets import build, load_spec
+
+    spec_file = work / f"{DATASET}.yaml"
+    spec_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": DATASET,
+                "description": "every accepted episode of the new vendor, all in train",
+                "filter": {"where": "vendor IN $vendors AND is_accepted", "params": {"vendors": [VENDOR]}},
+                "splits": {"group_by": ["session_id"], "seed": 1, "val_fraction": 0.0, "eval_fraction": 0.0},
+            },
+            sort_keys=False,
+        )
+    )
+    version = build(load_spec(spec_file), engine=engine, warehouse_path=settings.warehouse_path, store=store)
+    if not version.manifest_uri or not version.row_count:
+        raise BenchRunFailed(f"dataset {version.ref} has no rows: nothing of the drop was accepted")
+    return version
+
+
+def _open_manifest(uri: str, cache_dir: Path) -> Any:
+    from pipeline.manifest.loader import open_manifest
+
+    return open_manifest(uri, rank=0, world_size=1, cache_dir=cache_dir)
+
+
+@dataclass(frozen=True)
+class Episode:
+    uri: str
+    episode_id: str
+
+
+def _episodes(manifest: Any) -> list[Episode]:
+    table = manifest.table.select(["uri", "episode_id"]).to_pylist()
+    return [Episode(str(row["uri"]), str(row["episode_id"])) for row in table]
+
+
+def _task_seconds(run: Any) -> dict[str, float]:
+    seconds: dict[str, float] = {}
+    for ti in run.task_instances:
+        if ti.start_s is not None and ti.end_s is not None:
+            seconds[ti.task_id] = round(seconds.get(ti.task_id, 0.0) + ti.end_s - ti.start_s, 3)
+    return seconds
+
+
+# -- the loader -------------------------------------------------------------------------------------------
+
+
+class SampleLoader:
+    """Batches of samples at random times in random episodes, as a training data loader would draw them.
+
+    ``workers`` threads each keep their own :class:`~pipeline.reader.EpisodeReader` per episode (readers
+    are not thread-safe); ``prefetch`` batches are requested ahead of the one being consumed (0: each batch
+    is read when it is asked for).
+    """
+
+    def __init__(
+        self, episodes: Sequence[Episode], batch_size: int, *, workers: int, prefetch: int, seed: int
+    ):
+        if not episodes:
+            raise ValueError("no episodes to sample from")
+        self.episodes = list(episodes)
+        self.batch_size = batch_size
+        self.prefetch = prefetch
+        self._rng = random.Random(seed)
+        self._local = threading.local()
+        self._readers: list[Any] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loader")
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        pending: deque[list[Future[Any]]] = deque()
+        while True:
+            while len(pending) <= self.prefetch:
+                pending.append([self._pool.submit(self._sample, pick) for pick in self._picks()])
+            yield [future.result() for future in pending.popleft()]
+
+    def _picks(self) -> list[tuple[int, float]]:
+        return [(self._rng.randrange(len(self.episodes)), self._rng.random()) for _ in range(self.batch_size)]
+
+    def _sample(self, pick: tuple[int, float]) -> Any:
+        index, where = pick
+        reader = self._reader(index)
+        earliest = min(reader.start_ns + int(WINDOW_S * 1e9), reader.end_ns)
+        t_ns = earliest + int(where * (reader.end_ns - earliest))
+        return reader.sample(t_ns, window_s=WINDOW_S)
+
+    def _reader(self, index: int) -> Any:
+        from pipeline.reader import open_episode
+
+        cache = getattr(self._local, "readers", None)
+        if cache is None:
+            cache = self._local.readers = {}
+        if index not in cache:
+            cache[index] = open_episode(self.episodes[index].uri)
+            with self._lock:
+                self._readers.append(cache[index])
+        return cache[index]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for reader in self._readers:
+            reader.close()
+
+
+# -- data stall -------------------------------------------------------------------------------------------
+
+
+def _loop(
+    episodes: Sequence[Episode], *, batch_size: int, workers: int, prefetch: int, step_ms: float, steps: int
+) -> dict[str, Any]:
+    """A training loop of ``steps`` steps: wait for a batch, then compute for ``step_ms``."""
+    loader = SampleLoader(episodes, batch_size, workers=workers, prefetch=prefetch, seed=SEED)
+    batches = iter(loader)
+    next(batches)  # warm-up: readers opened, decoders made (time to first batch is measured apart)
+    waits, batch_times = [], []
+    started = time.perf_counter()
+    try:
+        for _ in range(steps):
+            asked = time.perf_counter()
+            next(batches)
+            got = time.perf_counter()
+            waits.append(got - asked)
+            batch_times.append(got - asked)
+            time.sleep(step_ms / 1000)
+        wall = time.perf_counter() - started
+    finally:
+        loader.close()
+    return {
+        "stall_pct": round(100 * sum(waits) / wall, 2),
+        "wait_ms": [round(w * 1000, 2) for w in waits],
+        "batch_ms_median": round(1000 * statistics.median(batch_times), 2),
+        "samples_per_s": round(batch_size * steps / sum(waits), 1) if prefetch == 0 else None,
+        "wall_s": round(wall, 3),
+    }
+
+
+def _stall(episodes: Sequence[Episode], options: dict[str, Any]) -> dict[str, Any]:
+    common = {"batch_size": options["batch_size"]}
+    synchronous = _loop(
+        episodes, **common, workers=1, prefetch=0, step_ms=options["step_ms"], steps=options["steps"]
+    )
+    prefetch = _loop(
+        episodes,
+        **common,
+        workers=options["loader_workers"],
+        prefetch=options["prefetch_batches"],
+        step_ms=options["step_ms"],
+        steps=options["steps"],
+    )
+    sweep = []
+    for step_ms in options["step_ms_sweep"]:
+        row = _loop(
+            episodes,
+            **common,
+            workers=options["loader_workers"],
+            prefetch=options["prefetch_batches"],
+            step_ms=step_ms,
+            steps=options["sweep_steps"],
+        )
+        sweep.append({"step_ms": step_ms, "stall_pct": row["stall_pct"]})
+    return {"synchronous": synchronous, "prefetch": prefetch, "sweep": sweep}
