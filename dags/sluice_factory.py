@@ -59,7 +59,8 @@ MAX_ACTIVE_RUNS = 1
 DEFAULT_STEP_RESOLVER = "pipeline.steps.registry:step_class"
 #: The group the per-batch steps are mapped in; its tasks keep the steps' own names as task ids.
 BATCH_GROUP = "batch"
-#: Pools of the run-level tasks (every vendor has cpu, io and db: see pipeline.config.DEFAULT_POOLS).
+#: Pools of the run-level tasks (every vendor has cpu, io and db: see pipeline.config.DEFAULT_POOLS); their
+#: Celery queues have the same names, as the steps' do by default (StepConfig.celery_queue).
 DISCOVER_POOL = "io"
 PLAN_POOL = "cpu"
 CATALOG_POOL = "db"
@@ -159,12 +160,12 @@ def build_vendor_dag(
             """Refuse unknown run options, wait out the vendor's schedule offset, open the run."""
             return sluice_tasks.open_run(vendor)
 
-        @task(task_id=DISCOVER, pool=DISCOVER_POOL, execution_timeout=RUN_TASK_TIMEOUT)
+        @task(task_id=DISCOVER, pool=DISCOVER_POOL, queue=DISCOVER_POOL, execution_timeout=RUN_TASK_TIMEOUT)
         def discover(pipeline_run_id: int) -> dict[str, Any]:
             """List the finished input files; the listing is a run artifact, XCom gets counts and its URI."""
             return sluice_tasks.discover(vendor, pipeline_run_id)
 
-        @task(task_id=PLAN, pool=PLAN_POOL, execution_timeout=RUN_TASK_TIMEOUT)
+        @task(task_id=PLAN, pool=PLAN_POOL, queue=PLAN_POOL, execution_timeout=RUN_TASK_TIMEOUT)
         def plan(discovered: dict[str, Any]) -> list[int]:
             """Split the files into staggered batches; returns the batch ids the steps are mapped over."""
             return sluice_tasks.plan(vendor, int(discovered["pipeline_run_id"]))
@@ -179,12 +180,14 @@ def build_vendor_dag(
                 previous = current
             return previous
 
-        @task(task_id=WAREHOUSE_SYNC, pool=CATALOG_POOL, trigger_rule=TriggerRule.ALL_DONE)
+        @task(
+            task_id=WAREHOUSE_SYNC, pool=CATALOG_POOL, queue=CATALOG_POOL, trigger_rule=TriggerRule.ALL_DONE
+        )
         def warehouse_sync() -> dict[str, Any]:
             """Bring the DuckDB warehouse up to date with what this run wrote (skipped if it is not built)."""
             return sluice_tasks.sync_warehouse()
 
-        @task(task_id=FINALIZE, pool=CATALOG_POOL, trigger_rule=TriggerRule.ALL_DONE)
+        @task(task_id=FINALIZE, pool=CATALOG_POOL, queue=CATALOG_POOL, trigger_rule=TriggerRule.ALL_DONE)
         def finalize() -> dict[str, Any]:
             """Decide and record the run's outcome; fail only if a critical task failed."""
             return sluice_tasks.finalize(vendor)
@@ -275,6 +278,7 @@ def _step_task(
         task_id=step.value,
         pool=config.pool,
         pool_slots=config.pool_slots,
+        queue=config.celery_queue,
         retries=config.retries,
         execution_timeout=timedelta(seconds=config.timeout_s),
         trigger_rule=rule,

@@ -140,11 +140,24 @@ class StepConfig(FrozenModel):
     critical: bool = Field(description="A failure fails the run; a non-critical failure is a warning.")
     pool: Slug = Field(description="Airflow pool of the step's tasks (must be declared under pools).")
     pool_slots: int = Field(default=1, ge=1, description="Pool slots one task takes.")
+    queue: Slug | None = Field(
+        default=None,
+        description=(
+            "Celery queue of the step's tasks, i.e. which workers run them; unset: the queue named after its "
+            "pool. The deployment's workers serve default, cpu, io and db on CPU hosts and gpu on GPU hosts; "
+            "the LocalExecutor has no queues."
+        ),
+    )
     resources: Resources
     retries: int = Field(default=2, ge=0, le=20, description="Airflow retries of an infrastructure fault.")
     timeout_s: float = Field(
         default=3600.0, gt=0, description="Execution timeout of one task (and its Ray calls)."
     )
+
+    @property
+    def celery_queue(self) -> str:
+        """The queue the step's tasks are sent to: ``queue``, else the pool's name."""
+        return self.queue or self.pool
 
 
 #: Per-step defaults; a vendor file overrides any part (nested keys merge). The numbers:

@@ -72,6 +72,7 @@ def test_dag_settings_come_from_the_vendor_config(repo_bag: Any, vendor_file: Pa
     for step, config in vendor.steps.items():
         task = dag.get_task(step.value)
         assert (task.pool, task.pool_slots, task.retries) == (config.pool, config.pool_slots, config.retries)
+        assert task.queue == (config.queue or config.pool)
         assert task.execution_timeout == timedelta(seconds=config.timeout_s)
         param = dag.params.get_param(step.value)
         assert param.value is config.enabled
@@ -171,3 +172,53 @@ def test_a_broken_vendor_file_is_an_import_error_of_its_own(
     message = bag.import_errors["vendor_config_check.py"]
     assert "northwind_video.yaml" in message and "steps.transcode.pool" in message and "gpu_farm" in message
     assert bag.dags["acme_robotics"].relative_fileloc == "vendor_dags.py"
+
+
+def _compose_worker_queues() -> set[str]:
+    import yaml
+
+    compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
+    queues: set[str] = set()
+    for service in compose["services"].values():
+        command = service.get("command") or []
+        if command[:3] == ["airflow", "celery", "worker"]:
+            queues |= set(command[command.index("--queues") + 1].split(","))
+    return queues
+
+
+def _inventory_worker_queues(inventory: Path) -> set[str]:
+    import yaml
+
+    queues: set[str] = set()
+    for group_vars in (inventory / "group_vars").glob("*.yml"):
+        queues |= set((yaml.safe_load(group_vars.read_text()) or {}).get("airflow_worker_queues", []))
+    return queues or set(
+        yaml.safe_load((REPO / "ansible/roles/airflow/defaults/main.yml").read_text())[
+            "airflow_worker_queues"
+        ]
+    )
+
+
+def test_every_task_queue_is_served_by_the_deployments_workers(repo_bag: Any) -> None:
+    """A task sent to a Celery queue no worker serves waits forever: every queue the example DAGs use is
+    served by a worker of the compose stack and of every Ansible inventory (and GPU steps go to GPU hosts)."""
+    used = {task.queue for dag in repo_bag.dags.values() for task in dag.tasks}
+    assert {"cpu", "io", "db"} <= used  # the steps' and run tasks' own queues, not only Airflow's default
+    assert used <= _compose_worker_queues(), used - _compose_worker_queues()
+    for inventory in sorted((REPO / "ansible" / "inventories").iterdir()):
+        served = _inventory_worker_queues(inventory)
+        assert used <= served, (inventory.name, used - served)
+
+
+def test_a_step_on_the_gpu_pool_is_sent_to_the_gpu_queue(tmp_path: Path, airflow_home: AirflowHome) -> None:
+    text = (REPO_DAGS / "vendors" / "acme_robotics.yaml").read_text()
+    text = text.replace(
+        "  annotate:\n    enabled: false",
+        "  annotate:\n    pool: gpu\n    resources: {cpus: 1, memory_bytes: 8 GiB, gpus: 1}\n    enabled: false",
+        1,
+    )
+    (tmp_path / "acme_robotics.yaml").write_text(text)
+    with pytest.MonkeyPatch.context() as mp:
+        dag = _bag(tmp_path, mp).dags["acme_robotics"]
+    assert (dag.get_task("annotate").pool, dag.get_task("annotate").queue) == ("gpu", "gpu")
+    assert dag.get_task("transcode").queue == "cpu"
