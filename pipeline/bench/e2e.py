@@ -311,9 +311,17 @@ class SampleLoader:
     def __iter__(self) -> Iterator[list[Any]]:
         pending: deque[list[Future[Any]]] = deque()
         while True:
-            while len(pending) <= self.prefetch:
-                pending.append([self._pool.submit(self._sample, pick) for pick in self._picks()])
-            yield [future.result() for future in pending.popleft()]
+            if not pending:
+                pending.append(self._submit())
+            batch = [future.result() for future in pending.popleft()]
+            # Refill after collecting: submitting wakes the workers, which then compete for the GIL with
+            # this thread; collecting first keeps a ready batch from waiting on them.
+            while len(pending) < self.prefetch:
+                pending.append(self._submit())
+            yield batch
+
+    def _submit(self) -> list[Future[Any]]:
+        return [self._pool.submit(self._sample, pick) for pick in self._picks()]
 
     def _picks(self) -> list[tuple[int, float]]:
         return [(self._rng.randrange(len(self.episodes)), self._rng.random()) for _ in range(self.batch_size)]

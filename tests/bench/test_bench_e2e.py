@@ -7,6 +7,7 @@ stalling less than a synchronous one at the same step time) on the real pipeline
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -28,8 +29,9 @@ def reachable_home() -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def test_e2e_bench_reports_first_batch_and_stall(reachable_home: Path) -> None:
+def test_e2e_bench_reports_first_batch_and_stall(reachable_home: Path, tmp_path: Path) -> None:
     from pipeline.bench import e2e
+    from pipeline.report.html import bench_section
 
     result = e2e.run("small", Settings(home=reachable_home))
 
@@ -50,5 +52,12 @@ def test_e2e_bench_reports_first_batch_and_stall(reachable_home: Path) -> None:
     assert result["data_stall_pct"] < result["data_stall_pct_synchronous"]
     assert len(result["wait_ms_per_step"]) == options["steps"]
     assert [row["step_ms"] for row in result["stall_by_step_ms"]] == options["step_ms_sweep"]
+    # `sluice report RUN --bench e2e.json` shows both headline figures and plots the two series.
+    saved = tmp_path / "e2e.json"
+    saved.write_text(json.dumps(result))
+    section = bench_section(saved)
+    assert {"time_to_first_batch_s", "data_stall_pct"} <= set(section["figures"])
+    plotted = "".join(section["plots"])
+    assert "wait_ms_per_step" in plotted and "data_stall_pct_over_step_ms" in plotted
     # Nothing is left behind: the throwaway Postgres and the run folder are gone.
     assert not any((reachable_home / "bench" / "e2e").iterdir())
