@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import stat
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import fsspec
+import google_crc32c
 import pytest
+from fsspec.implementations.local import LocalFileSystem
 
-from pipeline.store import BLOCK_BYTES, Store
+from pipeline.errors import StoreError
+from pipeline.store import BLOCK_BYTES, VERIFY_PIECE_BYTES, Store, _Copied, _verify_pieces
 
 LOCAL = fsspec.filesystem("file")
 
@@ -64,7 +70,11 @@ def test_source_is_never_modified(tmp_path: Path) -> None:
     Store(tmp_path / "store").land(LOCAL, str(src))
     after = src.stat()
     assert src.read_bytes() == data
-    assert (before.st_mtime_ns, before.st_size, before.st_ino) == (after.st_mtime_ns, after.st_size, after.st_ino)
+    assert (before.st_mtime_ns, before.st_size, before.st_ino) == (
+        after.st_mtime_ns,
+        after.st_size,
+        after.st_ino,
+    )
 
 
 def test_scrub_reports_a_flipped_bit_and_a_missing_object(tmp_path: Path) -> None:
@@ -79,8 +89,7 @@ def test_scrub_reports_a_flipped_bit_and_a_missing_object(tmp_path: Path) -> Non
     path.write_bytes(bytes(raw))
     store.local_raw_path(gone.sha256).unlink()
     findings = {
-        f.sha256: f.problem
-        for f in store.scrub([(x.sha256, x.size_bytes) for x in (good, bad, gone)])
+        f.sha256: f.problem for f in store.scrub([(x.sha256, x.size_bytes) for x in (good, bad, gone)])
     }
     assert findings == {bad.sha256: "hash", gone.sha256: "missing"}
 
@@ -94,3 +103,86 @@ def test_memory_store_lands_through_fsspec(tmp_path: Path) -> None:
     with store.open_raw(landed.sha256) as f:
         assert f.read() == b"abc" * 1000
     assert store.land(LOCAL, str(src)).created is False
+
+
+def test_concurrent_landers_of_different_bytes_keep_their_buffers_apart(tmp_path: Path) -> None:
+    """Landers share a pool of reused buffers: each must hash and store only its own bytes."""
+    blobs = [os.urandom(BLOCK_BYTES + 4096 * i + i) for i in range(6)]
+    sources = [_write(tmp_path / f"s{i}.bin", blob) for i, blob in enumerate(blobs)]
+    store = Store(tmp_path / "store")
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda p: store.land(LOCAL, str(p)), sources))
+    for blob, landed in zip(blobs, results, strict=True):
+        assert landed.sha256 == hashlib.sha256(blob).hexdigest()
+        assert store.local_raw_path(landed.sha256).read_bytes() == blob
+
+
+@pytest.mark.parametrize("verify", ["sample", "full"])
+def test_both_verify_modes_land_the_same_object(tmp_path: Path, verify: str) -> None:
+    data = os.urandom(3 * VERIFY_PIECE_BYTES + 17)
+    store = Store(tmp_path / "store", verify=verify)  # type: ignore[arg-type]
+    landed = store.land(LOCAL, str(_write(tmp_path / "src.bin", data)))
+    assert store.local_raw_path(landed.sha256).read_bytes() == data
+
+
+def test_unknown_verify_mode_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=r"'quick'.*sample, full"):
+        Store(tmp_path / "store", verify="quick")  # type: ignore[arg-type]
+
+
+class _AppendsWhenOpened(LocalFileSystem):
+    """A local filesystem whose files grow as they are opened: a vendor still writing the file we land."""
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        with open(path, "ab") as f:
+            f.write(b"late bytes")
+        return super()._open(path, mode, **kwargs)
+
+
+@pytest.mark.parametrize("store_url", ["local", "memory://sluice-test-changed-source"])
+def test_a_source_that_changes_while_landing_is_not_published(tmp_path: Path, store_url: str) -> None:
+    src = _write(tmp_path / "src.bin", os.urandom(BLOCK_BYTES + 3))
+    store = Store(tmp_path / "store" if store_url == "local" else store_url)
+    with pytest.raises(StoreError, match="changed while it was landed"):
+        store.land(_AppendsWhenOpened(), str(src))
+    for area in ("raw", "tmp"):
+        path = store.path(area)
+        assert not store.fs.exists(path) or store.fs.ls(path) == [], f"{area}/ is not empty"
+
+
+def test_verify_refuses_a_staged_copy_that_reads_back_differently(tmp_path: Path) -> None:
+    data = os.urandom(2 * VERIFY_PIECE_BYTES + 100)
+    staged = _write(tmp_path / "staged", data)
+    pieces = {
+        offset: (
+            len(data[offset : offset + VERIFY_PIECE_BYTES]),
+            google_crc32c.value(data[offset : offset + VERIFY_PIECE_BYTES]),
+        )
+        for offset in range(0, len(data), VERIFY_PIECE_BYTES)
+    }
+    copied = _Copied(size_bytes=len(data), pieces=pieces)
+    buf = mmap.mmap(-1, VERIFY_PIECE_BYTES)
+    _verify_pieces(str(staged), copied, direct=True, buf=buf)  # as written: passes
+    flipped = bytearray(data)
+    flipped[VERIFY_PIECE_BYTES + 5] ^= 0x10
+    staged.write_bytes(bytes(flipped))
+    with pytest.raises(StoreError, match=f"at byte {VERIFY_PIECE_BYTES}:"):
+        _verify_pieces(str(staged), copied, direct=True, buf=buf)
+    staged.write_bytes(data[:-1])
+    with pytest.raises(StoreError, match=r"bytes, .* were written"):
+        _verify_pieces(str(staged), copied, direct=False, buf=buf)
+
+
+def test_sweep_staging_removes_only_old_abandoned_files(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    landed = store.land(LOCAL, str(_write(tmp_path / "src.bin", b"kept")))
+    old = _write(tmp_path / "store" / "tmp" / "killed-lander", b"half a copy")
+    fresh = _write(tmp_path / "store" / "tmp" / "live-lander", b"a copy in progress")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    removed = store.sweep_staging(older_than_s=3600)
+    assert [Path(p).name for p in removed] == ["killed-lander"]
+    assert not old.exists() and fresh.exists()
+    assert store.local_raw_path(landed.sha256).read_bytes() == b"kept"
+    with pytest.raises(StoreError, match="older_than_s=-1"):
+        store.sweep_staging(older_than_s=-1)
