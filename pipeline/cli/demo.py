@@ -158,13 +158,21 @@ def _dataset(settings: Any) -> None:
     )
     if version.manifest_uri and version.row_count:
         manifest = open_manifest(
-            version.manifest_uri, rank=0, world_size=2, cache_dir=settings.home_abs / "cache" / "manifests"
+            version.manifest_uri,
+            rank=0,
+            world_size=2,
+            split="train",
+            cache_dir=settings.home_abs / "cache" / "manifests",
         )
-        first = next(iter(manifest.batches(4)))
+        first = next(iter(manifest.batches(4)), None)
+        where = (
+            f"first batch of {first.num_rows} starts at episode {first.column('episode_id')[0]}"
+            if first is not None
+            else "its share of the train split is empty"
+        )
         console.print(
-            f"[green]✓[/] training rank 0 of 2 memory-mapped the manifest: rows {manifest.row_start}–"
-            f"{manifest.row_stop} of {manifest.total_rows}; first batch of {first.num_rows} starts at "
-            f"episode {first.column('episode_id')[0]}"
+            f"[green]✓[/] training rank 0 of 2 memory-mapped its share of the train split: manifest rows "
+            f"{manifest.row_start}–{manifest.row_stop} of {manifest.total_rows}; {where}"
         )
 
 

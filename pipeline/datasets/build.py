@@ -13,8 +13,8 @@ run one after the other; builders of different datasets do not wait):
 5. otherwise publish the files by rename under ``manifests/<dataset>/<version>/`` in the store, then record
    the version (its spec, with the near-duplicate report of the selection: which episode each dropped
    near-duplicate lost to), both manifest files, the episodes with their splits, and the lineage: the
-   manifest as an artifact whose inputs are the transcoded artifacts it points at and the raw blobs they
-   came from.
+   manifest as an artifact whose inputs are the transcoded artifacts (episodes and clips) it points at and
+   the raw blobs they came from.
 
 Same spec over the same catalog gives byte-identical files (the selection is ordered and the writer is
 deterministic), so step 4 is also what makes repeated builds idempotent.
@@ -46,6 +46,7 @@ from pipeline.catalog.outputs import (
     record_artifact,
     record_manifest,
 )
+from pipeline.datasets.clips import store_reader
 from pipeline.datasets.errors import DatasetBuildError
 from pipeline.datasets.select import Selection, select_rows
 from pipeline.datasets.spec import DatasetSpec, spec_hash
@@ -94,7 +95,7 @@ def build(
         frozen = frozen_eval_episodes(session, spec.name)
         con = open_warehouse(warehouse_path, read_only=True, limits=limits)
         try:
-            selection = select_rows(con, spec, frozen)
+            selection = select_rows(con, spec, frozen, store_reader(store))
         finally:
             con.close()
         if selection.table.num_rows == 0:
@@ -210,10 +211,15 @@ def _record(
 
 
 def _episode_splits(selection: Selection) -> Iterator[tuple[int, str]]:
-    """(episode id, split) pairs, converted batch by batch instead of all at once."""
+    """(episode id, split) pairs, once per episode (a video's clips are several rows of one episode),
+    converted batch by batch instead of all at once."""
     pairs = selection.table.select(["episode_id_int", "split"])
+    seen: set[int] = set()
     for batch in pairs.to_batches(max_chunksize=INSERT_CHUNK_ROWS):
-        yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+        for episode_id, split in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+            if episode_id not in seen:
+                seen.add(episode_id)
+                yield episode_id, split
 
 
 def _record_lineage(

@@ -3,7 +3,8 @@
 The steps, all deterministic (same spec + same warehouse + same frozen set = same rows in the same order):
 
 1. **Filter**: rows of ``episode_view`` matching ``filter.where`` with its parameters bound. Rows that cannot
-   be trained on (no transcoded artifact, no start or end time) are dropped and counted as ``unusable``.
+   be trained on (neither a transcoded episode nor clips, no start or end time) are dropped and counted as
+   ``unusable``.
 2. **Near-duplicates** (``near_duplicates: keep_one``, the default): of each near-duplicate group
    (``dedup_group``, recorded by :mod:`pipeline.dedup`) only one usable match is kept: a frozen evaluation
    episode if the group holds any (all frozen ones are kept), else the group's ``representative`` if it
@@ -24,23 +25,28 @@ The steps, all deterministic (same spec + same warehouse + same frozen set = sam
    most ``max_episodes`` and ``max_total_duration_s`` in all. Frozen eval episodes are never cut.
 7. **Order**: train, then val, then eval; within each, sample order (a stable pseudo-random order, so
    contiguous rank slices mix sessions), then episode id.
+8. **Rows**: one per robot episode (its transcoded MCAP); one per clip of a video episode (its latest
+   transcode's clips, in clip order, with windows from its ``clips.json``: :mod:`.clips`). Every step above
+   works on episodes, so a video's clips share its split, group, sample fate and limits.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.datasets.clips import DocumentReader, clip_windows
 from pipeline.datasets.errors import DatasetBuildError
 from pipeline.datasets.groups import group_keys
 from pipeline.datasets.spec import DatasetSpec, select_sql
 from pipeline.enums import Split
+from pipeline.errors import StoreError
 from pipeline.manifest import format as mf
 
 if TYPE_CHECKING:
@@ -53,8 +59,11 @@ log = logging.getLogger(__name__)
 HASH_HEX_DIGITS = 15
 HASH_SCALE = float(16**HASH_HEX_DIGITS)
 
-#: Columns kept after the manifest's required ones (the split group too, so users can audit the splits).
-EXTRA_COLUMNS = ("robot_id", "session_id", "task", "group_key")
+#: Columns kept after the manifest's required ones (the split group too, so users can audit the splits),
+#: then the clip columns, null on a robot episode's row (see :mod:`.clips`).
+EXTRA_COLUMNS = (
+    "robot_id", "session_id", "task", "group_key", "clip_index", "source_start_ns", "source_end_ns",
+)  # fmt: skip
 #: Lineage columns carried alongside the rows but not written into the manifest file.
 LINEAGE_COLUMNS = ("episode_id_int", "transcoded_artifact_id", "blob_id")
 
@@ -64,6 +73,8 @@ _FROZEN = "_sluice_frozen"
 _GROUPS = "_sluice_groups"
 _ASSIGNED = "_sluice_assigned"
 _NEAR_DUPLICATES = "_sluice_near_duplicates"
+_EPISODES = "_sluice_episodes"
+_CLIP_WINDOWS = "_sluice_clip_windows"
 
 
 @dataclass(frozen=True)
@@ -104,11 +115,16 @@ def unit_hash(seed: int, value: object) -> float:
 
 
 def select_rows(
-    con: duckdb.DuckDBPyConnection, spec: DatasetSpec, frozen_eval: Iterable[int] | None
+    con: duckdb.DuckDBPyConnection,
+    spec: DatasetSpec,
+    frozen_eval: Iterable[int] | None,
+    read_documents: DocumentReader | None = None,
 ) -> Selection:
     """The rows of a new version of ``spec`` on a warehouse connection (see the module doc).
 
     ``frozen_eval`` is the frozen evaluation set of this dataset, or None when no version has one yet.
+    ``read_documents`` reads the ``clips.json`` lists of the selected video episodes (by URI); it is only
+    called when the selection holds one, and without it they are read with fsspec.
     """
     import duckdb
 
@@ -121,20 +137,24 @@ def select_rows(
         sampled = _sample(con, spec)
         keys = group_keys(sampled, spec.splits.group_by)
         con.register(_GROUPS, pa.table({"episode_id": sampled.column("episode_id"), "group_key": keys}))
-        table, held_out = _split_and_limit(con, spec, eval_frozen=frozen_eval is not None)
+        held_out = _split_and_limit(con, spec, eval_frozen=frozen_eval is not None)
+        episodes, kept_frozen = con.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE split = 'eval') FROM {_EPISODES}"
+        ).fetchall()[0]
+        table = _rows(con, spec, read_documents or _read_with_fsspec)
     except duckdb.Error as exc:
         text = str(exc).strip().splitlines()[0]
         raise DatasetBuildError(spec.name, f"selecting episodes in the warehouse failed: {text}") from None
     finally:
         _drop_staging(con)
-    kept_frozen = _count_split(table, Split.EVAL) if frozen_eval is not None else 0
+    kept_frozen = kept_frozen if frozen_eval is not None else 0
     counts = {
         "matched": matched,
         "unusable": unusable,
         "near_duplicates_dropped": dropped,
         "sampled_out": matched - unusable - dropped - sampled.num_rows,
         "held_out": held_out,
-        "limited_out": sampled.num_rows - held_out - table.num_rows,
+        "limited_out": sampled.num_rows - held_out - episodes,
         "eval_dropped": len(frozen_ids) - kept_frozen,
         "rows": table.num_rows,
     }
@@ -148,9 +168,10 @@ def _match(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> tuple[int, int]
         "episode_id, vendor, robot_id, session_id, task, content_fingerprint, duplicate_of_id, "
         "dedup_group, representative, "
         "start_time_ns, end_time_ns, duration_s, source_sha256, blob_id, transcoded_uri, "
-        "transcoded_artifact_id, quality_sync, quality_completeness, quality_visual, quality_motion, "
-        "quality_transcode, "
-        "transcoded_uri IS NOT NULL AND start_time_ns IS NOT NULL AND end_time_ns IS NOT NULL AS usable, "
+        "transcoded_artifact_id, n_clips, clips_uri, quality_sync, quality_completeness, quality_visual, "
+        "quality_motion, quality_transcode, "
+        "(transcoded_uri IS NOT NULL OR n_clips > 0) AND start_time_ns IS NOT NULL "
+        "AND end_time_ns IS NOT NULL AS usable, "
         f"{hash_unit('episode_id', '_sample_seed')} AS sample_u"
     )
     query = f"CREATE OR REPLACE TEMP TABLE {_MATCHED} AS {select_sql(spec.filter.where, columns)}"
@@ -228,6 +249,7 @@ FROM grouped
 """
 
 _LIMIT_SQL = f"""
+CREATE OR REPLACE TEMP TABLE {_EPISODES} AS
 WITH per_group AS (
     SELECT *, row_number() OVER (PARTITION BY group_key ORDER BY frozen DESC, sample_u, episode_id) AS in_group
     FROM {_ASSIGNED}
@@ -241,35 +263,55 @@ WITH per_group AS (
     FROM capped
     WINDOW sample_order AS (ORDER BY frozen DESC, sample_u, episode_id)
 )
-SELECT
-    CAST(episode_id AS VARCHAR) AS {mf.EPISODE_ID},
-    transcoded_uri AS {mf.URI},
-    start_time_ns AS {mf.START_NS},
-    end_time_ns AS {mf.END_NS},
-    duration_s AS {mf.DURATION_S},
-    vendor AS {mf.VENDOR},
-    CAST(quality_sync AS FLOAT) AS {mf.QUALITY_SYNC},
-    CAST(quality_completeness AS FLOAT) AS {mf.QUALITY_COMPLETENESS},
-    CAST(quality_visual AS FLOAT) AS {mf.QUALITY_VISUAL},
-    CAST(quality_motion AS FLOAT) AS {mf.QUALITY_MOTION},
-    CAST(quality_transcode AS FLOAT) AS {mf.QUALITY_TRANSCODE},
-    split AS {mf.SPLIT},
-    source_sha256 AS {mf.SOURCE_SHA256},
-    robot_id, session_id, task, group_key,
-    episode_id AS episode_id_int, transcoded_artifact_id, blob_id
-FROM running
+SELECT * FROM running
 WHERE frozen OR (
     ($max_episodes IS NULL OR n_running <= $max_episodes)
     AND ($max_duration_s IS NULL OR duration_s_running <= $max_duration_s)
 )
-ORDER BY CASE split WHEN 'train' THEN 0 WHEN 'val' THEN 1 ELSE 2 END, sample_u, episode_id
+"""
+
+# One row per robot episode, one per clip of a video episode (its transcode wrote clips, not an episode).
+_ROWS_SQL = f"""
+SELECT
+    CAST(e.episode_id AS VARCHAR) AS {mf.EPISODE_ID},
+    coalesce(c.clip_uri, e.transcoded_uri) AS {mf.URI},
+    CASE WHEN c.clip_uri IS NULL THEN e.start_time_ns ELSE 0 END AS {mf.START_NS},
+    CASE WHEN c.clip_uri IS NULL THEN e.end_time_ns ELSE w.duration_ns END AS {mf.END_NS},
+    CASE WHEN c.clip_uri IS NULL THEN e.duration_s ELSE w.duration_ns / 1e9 END AS {mf.DURATION_S},
+    e.vendor AS {mf.VENDOR},
+    CAST(e.quality_sync AS FLOAT) AS {mf.QUALITY_SYNC},
+    CAST(e.quality_completeness AS FLOAT) AS {mf.QUALITY_COMPLETENESS},
+    CAST(e.quality_visual AS FLOAT) AS {mf.QUALITY_VISUAL},
+    CAST(e.quality_motion AS FLOAT) AS {mf.QUALITY_MOTION},
+    CAST(e.quality_transcode AS FLOAT) AS {mf.QUALITY_TRANSCODE},
+    e.split AS {mf.SPLIT},
+    e.source_sha256 AS {mf.SOURCE_SHA256},
+    e.robot_id, e.session_id, e.task, e.group_key,
+    w.clip_index, w.source_start_ns, w.source_end_ns,
+    e.episode_id AS episode_id_int,
+    coalesce(c.clip_artifact_id, e.transcoded_artifact_id) AS transcoded_artifact_id,
+    e.blob_id
+FROM {_EPISODES} AS e
+LEFT JOIN episode_clips AS c ON e.transcoded_uri IS NULL AND c.episode_id = e.episode_id
+LEFT JOIN {_CLIP_WINDOWS} AS w ON w.clips_uri = c.clips_uri AND w.clip_file = c.clip_file
+ORDER BY CASE e.split WHEN 'train' THEN 0 WHEN 'val' THEN 1 ELSE 2 END, e.sample_u, e.episode_id, w.clip_index
+"""
+
+# Recorded clips whose list does not name them with the recorded sha256 (the store and catalog disagree).
+_UNLISTED_SQL = f"""
+SELECT c.clip_uri, c.clip_sha256, w.listed_sha256
+FROM {_EPISODES} AS e
+JOIN episode_clips AS c ON e.transcoded_uri IS NULL AND c.episode_id = e.episode_id
+LEFT JOIN {_CLIP_WINDOWS} AS w ON w.clips_uri = c.clips_uri AND w.clip_file = c.clip_file
+WHERE w.listed_sha256 IS DISTINCT FROM c.clip_sha256
+ORDER BY c.clip_uri
+LIMIT 5
 """
 
 
-def _split_and_limit(
-    con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, eval_frozen: bool
-) -> tuple[pa.Table, int]:
-    """The final rows, and how many episodes were held out next to frozen evaluation ones."""
+def _split_and_limit(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, eval_frozen: bool) -> int:
+    """Stage the version's episodes with their splits; returns how many were held out next to frozen
+    evaluation ones."""
     splits, limits = spec.splits, spec.limits
     assign = {
         "split_seed": str(splits.seed),
@@ -286,14 +328,52 @@ def _split_and_limit(
         "max_episodes": limits.max_episodes,
         "max_duration_s": limits.max_total_duration_s,
     }
-    return con.sql(_LIMIT_SQL, params=bounds).to_arrow_table(), int(held_out)
+    con.execute(_LIMIT_SQL, bounds)
+    return int(held_out)
+
+
+def _rows(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, read_documents: DocumentReader) -> pa.Table:
+    """The manifest rows of the staged episodes, in manifest order, with the clip lists of video episodes
+    read through ``read_documents``."""
+    uris = [
+        row[0]
+        for row in con.execute(
+            f"SELECT DISTINCT clips_uri FROM {_EPISODES} "
+            "WHERE transcoded_uri IS NULL AND clips_uri IS NOT NULL ORDER BY clips_uri"
+        ).fetchall()
+    ]
+    documents = read_documents(uris) if uris else {}
+    missing = [u for u in uris if u not in documents]
+    if missing:
+        raise DatasetBuildError(spec.name, f"clip lists not found: {missing[:5]}")
+    con.register(_CLIP_WINDOWS, clip_windows(spec.name, documents))
+    unlisted = con.execute(_UNLISTED_SQL).fetchall()
+    if unlisted:
+        shown = [f"{uri} (recorded {sha}, listed {listed})" for uri, sha, listed in unlisted]
+        raise DatasetBuildError(
+            spec.name, f"recorded clips that their clips.json does not list with the same sha256: {shown}"
+        )
+    return con.sql(_ROWS_SQL).to_arrow_table()
+
+
+def _read_with_fsspec(uris: Sequence[str]) -> dict[str, bytes]:
+    import fsspec
+
+    out: dict[str, bytes] = {}
+    for uri in uris:
+        try:
+            with fsspec.open(uri, "rb") as f:
+                out[uri] = f.read()
+        except OSError as exc:
+            raise StoreError(f"cannot read the clip list {uri}: {exc}") from exc
+    return out
 
 
 def _drop_staging(con: duckdb.DuckDBPyConnection) -> None:
     import duckdb
 
-    for name in (_FROZEN, _GROUPS):
+    for name in (_FROZEN, _GROUPS, _CLIP_WINDOWS):
         with contextlib.suppress(duckdb.Error):  # not registered when the build failed before
             con.unregister(name)
-    for name in (_MATCHED, _ASSIGNED, _NEAR_DUPLICATES):
+    for name in (_MATCHED, _ASSIGNED, _NEAR_DUPLICATES, _EPISODES):
         con.execute(f"DROP TABLE IF EXISTS {name}")

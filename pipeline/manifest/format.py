@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from pipeline.enums import Split
 from pipeline.errors import StoreError
 from pipeline.manifest.errors import ManifestSchemaError
+from pipeline.manifest.splits import SPLIT_ROWS_KEY, encode_split_ranges, split_ranges
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +190,11 @@ def write_manifest(table: pa.Table, out_dir: str | Path) -> ManifestFiles:
 
     The table is first passed through :func:`conform_table`. Each file is written under a temporary name in
     ``out_dir``, fsynced, hashed and published by an atomic rename, so a reader never sees a partial file.
-    Row order is kept as given: the dataset builder decides it.
+    Row order is kept as given: the dataset builder decides it. When each split's rows are one contiguous
+    range (the builder's order), the ranges go into the schema metadata under
+    :data:`~pipeline.manifest.splits.SPLIT_ROWS_KEY`, so a rank finds its split's rows by arithmetic.
     """
-    conformed = conform_table(table)
+    conformed = with_split_ranges(conform_table(table))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ipc_path, ipc_sha, ipc_size = _publish(out / IPC_FILE_NAME, lambda tmp: _write_ipc(conformed, tmp))
@@ -206,6 +209,16 @@ def write_manifest(table: pa.Table, out_dir: str | Path) -> ManifestFiles:
         parquet_size_bytes=pq_size,
         num_rows=conformed.num_rows,
     )
+
+
+def with_split_ranges(table: pa.Table) -> pa.Table:
+    """``table`` with its split ranges added to the schema metadata, when every split is contiguous."""
+    ranges = split_ranges(table.column(SPLIT).chunks)
+    if ranges is None:
+        log.info("the rows of some split are not contiguous: no split ranges recorded")
+        return table
+    metadata = {**(table.schema.metadata or {}), SPLIT_ROWS_KEY: encode_split_ranges(ranges)}
+    return table.replace_schema_metadata(metadata)
 
 
 def canonical_batches(table: pa.Table, rows_per_batch: int) -> Iterator[pa.RecordBatch]:

@@ -22,6 +22,8 @@ VIEWS = (
     "check_stats",
     "annotation_values",
     "annotation_stats",
+    "dedup_groups",
+    "episode_clips",
     "episode_lineage",
     EPISODE_VIEW,
 )

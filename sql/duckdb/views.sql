@@ -95,13 +95,50 @@ FROM dedup AS d
 JOIN latest_run AS r USING (episode_id, annotator_version)
 GROUP BY d.episode_id, d.annotator_version;
 
--- Lineage per episode: its latest transcoded artifact (what a manifest points at) and all its artifacts.
+-- The clips a video episode's latest transcode wrote (pipeline.transcode.clips): one row per `clip`
+-- artifact made under the config hash of the episode's most recently recorded clip, so a re-transcode under
+-- a new config replaces the whole set while the old clips stay in `catalog.artifacts`. The transcode writes
+-- `clip_<NNN>.mp4` and lists them, with their place in the source video, in `clips.json` beside them
+-- (`clips_uri`); the dataset builder reads that list for the clips' time windows.
+CREATE OR REPLACE VIEW episode_clips AS
+WITH clips AS (
+    SELECT *
+    FROM catalog.artifacts
+    WHERE kind = 'clip' AND episode_id IS NOT NULL
+), latest AS (
+    SELECT episode_id, config_hash
+    FROM clips
+    QUALIFY row_number() OVER (PARTITION BY episode_id ORDER BY created_at DESC, id DESC) = 1
+)
+SELECT
+    c.episode_id,
+    c.id AS clip_artifact_id,
+    TRY_CAST(regexp_extract(c.uri, 'clip_([0-9]+)\.[A-Za-z0-9]+$', 1) AS INTEGER) AS clip_index,
+    regexp_extract(c.uri, '[^/]+$') AS clip_file,
+    c.uri AS clip_uri,
+    c.sha256 AS clip_sha256,
+    c.size_bytes AS clip_size_bytes,
+    regexp_replace(c.uri, '[^/]+$', 'clips.json') AS clips_uri,
+    c.config_hash AS transcode_config_hash,
+    c.code_version AS transcode_code_version,
+    c.created_at
+FROM clips AS c
+JOIN latest AS l USING (episode_id, config_hash);
+
+-- Lineage per episode: what a manifest points at and all its artifacts. A robot episode's latest
+-- `transcoded_episode` artifact (transcoded_*), or a video episode's latest set of clips (n_clips, clips_uri);
+-- transcode_config_hash is the config of whichever of the two the episode has.
 CREATE OR REPLACE VIEW episode_lineage AS
 WITH transcoded AS (
     SELECT *
     FROM catalog.artifacts
     WHERE kind = 'transcoded_episode' AND episode_id IS NOT NULL
     QUALIFY row_number() OVER (PARTITION BY episode_id ORDER BY created_at DESC, id DESC) = 1
+), clip_sets AS (
+    SELECT episode_id, count(*) AS n_clips, min(clips_uri) AS clips_uri,
+           min(transcode_config_hash) AS transcode_config_hash, min(transcode_code_version) AS transcode_code_version
+    FROM episode_clips
+    GROUP BY episode_id
 ), counted AS (
     SELECT episode_id, count(*) AS n_artifacts, list(id ORDER BY id) AS artifact_ids
     FROM catalog.artifacts
@@ -116,10 +153,13 @@ SELECT
     t.uri AS transcoded_uri,
     t.sha256 AS transcoded_sha256,
     t.size_bytes AS transcoded_size_bytes,
-    t.config_hash AS transcode_config_hash,
-    t.code_version AS transcode_code_version
+    coalesce(k.n_clips, 0) AS n_clips,
+    k.clips_uri,
+    coalesce(t.config_hash, k.transcode_config_hash) AS transcode_config_hash,
+    coalesce(t.code_version, k.transcode_code_version) AS transcode_code_version
 FROM counted AS c
-LEFT JOIN transcoded AS t USING (episode_id);
+LEFT JOIN transcoded AS t USING (episode_id)
+LEFT JOIN clip_sets AS k USING (episode_id);
 
 -- One row per episode with everything curation filters on. Times: *_ns are log times (MCAP nanoseconds);
 -- start_time_utc is the same instant as a UTC timestamp, for time-window queries. content_fingerprint is
@@ -191,6 +231,8 @@ SELECT
     l.transcoded_uri,
     l.transcoded_sha256,
     l.transcoded_size_bytes,
+    coalesce(l.n_clips, 0) AS n_clips,
+    l.clips_uri,
     l.transcode_config_hash
 FROM catalog.episodes AS e
 JOIN catalog.vendors AS v ON v.id = e.vendor_id

@@ -95,4 +95,4 @@ def test_demo_runs_both_vendor_dags_end_to_end(tmp_path: Path, fresh_database_ur
     assert list((store / "derived" / "transcode").rglob("episode.mcap"))
     assert list((store / "shards").rglob("*.tar"))
     assert (store / "manifests" / "demo_accepted" / "v1").is_dir()
-    assert "training rank 0 of 2 memory-mapped the manifest" in done.stdout
+    assert "training rank 0 of 2 memory-mapped its share of the train split" in done.stdout

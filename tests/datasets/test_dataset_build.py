@@ -84,7 +84,12 @@ def test_same_spec_same_catalog_same_manifest_three_times(
         first.manifest_uri, rank=0, world_size=1, cache_dir=tmp_path / "cache",
         expected_sha256=first.manifest_sha256,
     )  # fmt: skip
-    assert loaded.table.num_rows == first.row_count
+    assert loaded.split == "train" and loaded.table.num_rows == first.split_counts["train"]
+    assert set(loaded.table.column("split").to_pylist()) == {"train"}
+    every_row = open_manifest(
+        first.manifest_uri, rank=0, world_size=1, cache_dir=tmp_path / "cache", split=None
+    )
+    assert every_row.table.num_rows == first.row_count
 
     # catalog records: both files, every episode with its split, lineage to artifacts and raw blobs
     with catalog_engine.connect() as conn:

@@ -36,7 +36,7 @@ RANK_SCRIPT = r"""
 import json, sys
 from pipeline.manifest.loader import open_manifest
 uri, rank, world_size, cache_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-m = open_manifest(uri, rank=rank, world_size=world_size, cache_dir=cache_dir)
+m = open_manifest(uri, split=None, rank=rank, world_size=world_size, cache_dir=cache_dir)
 print(json.dumps({"rank": rank, "row_start": m.row_start, "total_rows": m.total_rows,
                   "downloaded": m.downloaded, "sha256": m.sha256,
                   "episode_ids": m.table.column("episode_id").to_pylist()}))
@@ -105,7 +105,12 @@ def test_remote_download_uses_ranged_parts_and_verifies_them(
     monkeypatch.setattr(manifest_cache, "PART_BYTES", 4096)  # many parts from a small file
     http_store.serve(files.ipc_path)
     m = open_manifest(
-        http_store.url, rank=0, world_size=1, cache_dir=tmp_path / "c", expected_sha256=files.ipc_sha256
+        http_store.url,
+        split=None,
+        rank=0,
+        world_size=1,
+        cache_dir=tmp_path / "c",
+        expected_sha256=files.ipc_sha256,
     )
     ranges = [r for r, _ in http_store.served]
     assert len(ranges) == -(-files.ipc_size_bytes // 4096)
@@ -113,7 +118,7 @@ def test_remote_download_uses_ranged_parts_and_verifies_them(
     assert m.path.read_bytes() == files.ipc_path.read_bytes()
     assert m.table.column(mf.EPISODE_ID).equals(table.column(mf.EPISODE_ID))
     served_before = len(http_store.served)
-    again = open_manifest(http_store.url, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    again = open_manifest(http_store.url, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
     assert not again.downloaded and len(http_store.served) == served_before
 
 
@@ -127,13 +132,16 @@ def test_a_server_that_ignores_ranges_is_refused(
     monkeypatch.setattr(manifest_cache, "PART_BYTES", 4096)
     http_store.serve(files.ipc_path, honour_ranges=False)
     with pytest.raises(ManifestFetchError, match=r"bytes 0-4096 returned \d+ bytes, expected 4096"):
-        open_manifest(http_store.url, rank=0, world_size=1, cache_dir=tmp_path / "c")
+        open_manifest(http_store.url, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
     assert not list((tmp_path / "c").glob("*.arrow"))
 
 
 def test_world_size_larger_than_rows_gives_empty_slices(manifest_table: MakeTable, tmp_path: Path) -> None:
     files = mf.write_manifest(manifest_table(3), tmp_path / "store")
-    views = [open_manifest(files.ipc_path, rank=r, world_size=5, cache_dir=tmp_path / "c") for r in range(5)]
+    views = [
+        open_manifest(files.ipc_path, split=None, rank=r, world_size=5, cache_dir=tmp_path / "c")
+        for r in range(5)
+    ]
     assert [v.rows for v in views] == [1, 1, 1, 0, 0]
     assert [v.row_start for v in views] == [0, 1, 2, 3, 3]
     assert views[4].table.schema.names == list(mf.REQUIRED_COLUMNS)
@@ -144,7 +152,9 @@ def test_shard_on_load_off_returns_every_row(
     written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path
 ) -> None:
     files, table = written
-    m = open_manifest(files.ipc_path, rank=3, world_size=4, cache_dir=tmp_path / "c", shard_on_load=False)
+    m = open_manifest(
+        files.ipc_path, split=None, rank=3, world_size=4, cache_dir=tmp_path / "c", shard_on_load=False
+    )
     assert (m.rows, m.row_start, m.total_rows) == (1000, 0, 1000)
     assert m.table.to_pydict() == mf.conform_table(table).to_pydict()
 
@@ -156,8 +166,8 @@ def test_in_memory_switch_gives_the_same_rows(
     files, _ = written
     for rank in range(3):
         common = {"rank": rank, "world_size": 3, "cache_dir": tmp_path / "c", "shard_on_load": shard_on_load}
-        mapped = open_manifest(files.ipc_path, memory_map=True, **common)  # type: ignore[arg-type]
-        in_memory = open_manifest(files.ipc_path, memory_map=False, **common)  # type: ignore[arg-type]
+        mapped = open_manifest(files.ipc_path, split=None, memory_map=True, **common)  # type: ignore[arg-type]
+        in_memory = open_manifest(files.ipc_path, split=None, memory_map=False, **common)  # type: ignore[arg-type]
         assert mapped.memory_mapped and not in_memory.memory_mapped
         assert mapped.table.equals(in_memory.table)
         assert mapped.row_start == in_memory.row_start
@@ -167,12 +177,14 @@ def test_memory_mapped_rows_are_not_copied_into_the_process(
     manifest_table: MakeTable, tmp_path: Path
 ) -> None:
     files = mf.write_manifest(manifest_table(20_000), tmp_path / "store")
-    open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c")  # fill the cache first
+    open_manifest(
+        files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c"
+    )  # fill the cache first
     before = pa.total_allocated_bytes()
-    mapped = open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    mapped = open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
     mapped_bytes = pa.total_allocated_bytes() - before
     in_memory = open_manifest(
-        files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c", memory_map=False
+        files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c", memory_map=False
     )
     in_memory_bytes = pa.total_allocated_bytes() - before - mapped_bytes
     assert mapped.rows == in_memory.rows == 20_000
@@ -185,7 +197,7 @@ def test_batches_cover_the_slice_in_order_across_stored_batches(
 ) -> None:
     rows = mf.IPC_BATCH_ROWS + 700  # two stored record batches
     files = mf.write_manifest(manifest_table(rows), tmp_path / "store")
-    m = open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    m = open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
     batches = list(m.batches(1000))
     assert [b.num_rows for b in batches] == [1000] * (rows // 1000) + [rows % 1000]
     assert pa.Table.from_batches(batches).equals(m.table.combine_chunks())
@@ -224,7 +236,7 @@ def test_slices_are_right_whatever_the_stored_batch_layout(
     for world_size in (1, 3, 7):
         got: list[str] = []
         for rank in range(world_size):
-            m = open_manifest(path, rank=rank, world_size=world_size, cache_dir=tmp_path / "c")
+            m = open_manifest(path, split=None, rank=rank, world_size=world_size, cache_dir=tmp_path / "c")
             assert m.total_rows == len(ids) and m.row_start == len(got)
             got += m.table.column(mf.EPISODE_ID).to_pylist()
         assert got == ids
@@ -238,11 +250,14 @@ def test_wrong_expected_sha256_is_refused_and_nothing_is_cached(
     files, _ = written
     wrong = "0" * 64
     with pytest.raises(ManifestIntegrityError) as caught:
-        open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c", expected_sha256=wrong)
+        open_manifest(
+            files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c", expected_sha256=wrong
+        )
     assert caught.value.actual_sha256 == files.ipc_sha256 and wrong in str(caught.value)
     assert sorted(p.suffix for p in (tmp_path / "c").iterdir()) == [".lock"]
     m = open_manifest(
         files.ipc_path,
+        split=None,
         rank=0,
         world_size=1,
         cache_dir=tmp_path / "c",
@@ -255,10 +270,10 @@ def test_a_truncated_cached_copy_is_downloaded_again(
     written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path
 ) -> None:
     files, table = written
-    first = open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    first = open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
     with open(first.path, "r+b") as f:
         f.truncate(files.ipc_size_bytes // 2)
-    again = open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    again = open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
     assert again.downloaded
     assert again.path.read_bytes() == files.ipc_path.read_bytes()
     assert again.table.column(mf.EPISODE_ID).equals(table.column(mf.EPISODE_ID))
@@ -268,14 +283,14 @@ def test_silent_corruption_is_caught_when_asked_to_verify(
     written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path
 ) -> None:
     files, _ = written
-    first = open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    first = open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
     stat = first.path.stat()
     with open(first.path, "r+b") as f:  # flip bytes in place, same size ...
         f.seek(stat.st_size // 2)
         f.write(b"\xff" * 16)
     os.utime(first.path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # ... and the same mtime, like bit rot
     verified = open_manifest(
-        files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c", verify_cached=True
+        files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c", verify_cached=True
     )
     assert verified.downloaded
     assert verified.path.read_bytes() == files.ipc_path.read_bytes()
@@ -285,10 +300,15 @@ def test_a_new_version_at_the_same_uri_is_fetched_when_its_sha256_is_expected(
     manifest_table: MakeTable, tmp_path: Path
 ) -> None:
     old = mf.write_manifest(manifest_table(10, seed=1), tmp_path / "store")
-    open_manifest(old.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    open_manifest(old.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
     new = mf.write_manifest(manifest_table(12, seed=2), tmp_path / "store")
     m = open_manifest(
-        new.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "c", expected_sha256=new.ipc_sha256
+        new.ipc_path,
+        split=None,
+        rank=0,
+        world_size=1,
+        cache_dir=tmp_path / "c",
+        expected_sha256=new.ipc_sha256,
     )
     assert m.downloaded and m.total_rows == 12 and m.sha256 == new.ipc_sha256
 
@@ -298,27 +318,29 @@ def test_a_file_that_is_not_a_manifest_is_refused(
 ) -> None:
     files, _ = written
     with pytest.raises(ManifestSchemaError, match="not an Arrow IPC file"):
-        open_manifest(files.parquet_path, rank=0, world_size=1, cache_dir=tmp_path / "c")
+        open_manifest(files.parquet_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
     other = tmp_path / "other.arrow"
     with pa.OSFile(str(other), "wb") as sink, pa.ipc.new_file(sink, pa.schema([("x", pa.int8())])) as w:
         w.write_table(pa.table({"x": pa.array([1], pa.int8())}))
     with pytest.raises(ManifestSchemaError, match="episode_id: missing"):
-        open_manifest(other, rank=0, world_size=1, cache_dir=tmp_path / "c")
+        open_manifest(other, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
 
 
 def test_a_missing_manifest_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(ManifestFetchError, match="cannot read manifest"):
-        open_manifest(tmp_path / "nope.arrow", rank=0, world_size=1, cache_dir=tmp_path / "c")
+        open_manifest(tmp_path / "nope.arrow", split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
 
 
 def test_bad_ranks_and_digests_are_named(written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path) -> None:
     files, _ = written
     with pytest.raises(ManifestArgumentError, match=r"rank 8 is not allowed; expected an integer in 0\.\.7"):
-        open_manifest(files.ipc_path, rank=8, world_size=8, cache_dir=tmp_path)
+        open_manifest(files.ipc_path, split=None, rank=8, world_size=8, cache_dir=tmp_path)
     with pytest.raises(ManifestArgumentError, match="world_size 0 is not allowed"):
-        open_manifest(files.ipc_path, rank=0, world_size=0, cache_dir=tmp_path)
+        open_manifest(files.ipc_path, split=None, rank=0, world_size=0, cache_dir=tmp_path)
     with pytest.raises(ManifestArgumentError, match="expected_sha256 'abc' is not allowed"):
-        open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path, expected_sha256="abc")
+        open_manifest(
+            files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path, expected_sha256="abc"
+        )
 
 
 def test_a_held_lock_times_out_with_a_clear_error(
@@ -343,11 +365,13 @@ def test_a_held_lock_times_out_with_a_clear_error(
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(CacheLockTimeoutError, match=r"waited 0\.3 s for the manifest cache lock"):
-            open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=cache_dir, lock_timeout_s=0.3)
+            open_manifest(
+                files.ipc_path, split=None, rank=0, world_size=1, cache_dir=cache_dir, lock_timeout_s=0.3
+            )
     finally:
         holder.kill()
         holder.wait()
-    assert open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=cache_dir).downloaded
+    assert open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=cache_dir).downloaded
     assert FileLock(str(lock_path)).acquire(timeout=1)
 
 

@@ -42,12 +42,63 @@ class SyntheticCatalog:
         with repo.session_scope(self.factory) as session:
             yield session
 
-    def vendor(self, session: Session, name: str) -> int:
+    def vendor(self, session: Session, name: str, kind: str = "mcap") -> int:
         if name not in self._vendors:
             self._vendors[name] = repo.upsert_vendor(
-                session, name=name, kind="mcap", config_hash=f"cfg-{name}", config={"name": name}
+                session, name=name, kind=kind, config_hash=f"cfg-{name}", config={"name": name}
             )
         return self._vendors[name]
+
+    def video_episode(
+        self,
+        session: Session,
+        *,
+        vendor: str = "northwind_video",
+        session_id: str | None = "v0",
+        task: str | None = "pick_place",
+        duration_s: float = 3.0,
+        state: FileState = FileState.ACCEPTED,
+    ) -> tuple[int, int]:
+        """One vendor video as ingest and the pre-gate record it (its clock runs from 0 to its duration);
+        returns (episode id, blob id). Its clips are recorded with :meth:`clips`."""
+        n = next(self._serial)
+        vendor_id = self.vendor(session, vendor, kind="video")
+        blob_id = repo.register_blob(session, sha256=sha(f"raw-{n}"), size_bytes=1000 + n, raw_uri=f"raw/{n}")
+        source = repo.register_source_file(
+            session, vendor_id=vendor_id, path=f"drop/{n}.mp4", blob_id=blob_id
+        )
+        episode_id = repo.ensure_episode(
+            session, vendor_id=vendor_id, source_file_id=source.id, blob_id=blob_id, kind="video",
+            robot_id=None, session_id=session_id, task=task, start_time_ns=0,
+            end_time_ns=int(duration_s * SECOND_NS),
+        ).id  # fmt: skip
+        repo.set_episode_state(session, episode_id, state)
+        return episode_id, blob_id
+
+    def clips(
+        self,
+        session: Session,
+        episode_id: int,
+        blob_id: int,
+        clips: list[tuple[str, str, int]],
+        config_hash: str,
+    ) -> list[int]:
+        """Record ``(uri, sha256, size_bytes)`` clips of a video episode as the transcode step does."""
+        return [
+            repo.record_artifact(
+                session,
+                kind="clip",
+                uri=uri,
+                sha256=digest,
+                size_bytes=size,
+                step="transcode",
+                config_hash=config_hash,
+                code_version="test",
+                episode_id=episode_id,
+                input_blob_ids=[blob_id],
+            )
+            for uri, digest, size in clips
+        ]
 
     def episode(
         self,
