@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import fsspec
 from pydantic import ByteSize, Field, JsonValue, field_validator, model_validator
 
+from pipeline.config.controls import controls
 from pipeline.config.types import (
     FileName,
     FrozenModel,
@@ -26,6 +27,10 @@ from pipeline.config.types import (
     format_loc,
     raise_problems,
 )
+from pipeline.enums import Gate
+from pipeline.enums import ReasonCode as R
+
+PRE = Gate.PRE
 
 #: Message encodings of the MCAP well-known registry (what a real robot log can carry).
 MessageEncoding = Literal["ros1", "cdr", "protobuf", "flatbuffer", "cbor", "msgpack", "json"]
@@ -115,14 +120,25 @@ class TopicSpec(FrozenModel):
 
     topic: str = Field(min_length=1, description="MCAP topic name, e.g. /robot/joint_states.")
     rate_hz: float = Field(
-        gt=0, le=100_000, description="Expected message rate; gap rate is measured against it."
+        gt=0,
+        le=100_000,
+        description="Expected message rate; gap rate is measured against it.",
+        json_schema_extra=controls((PRE, "max_gap_rate", R.GAP_RATE_HIGH)),
     )
-    required: bool = Field(default=True, description="A file without this topic is quarantined.")
+    required: bool = Field(
+        default=True,
+        description="A file without this topic is quarantined.",
+        json_schema_extra=controls((PRE, "required_topics", R.MISSING_REQUIRED_TOPIC)),
+    )
     message_encodings: Annotated[tuple[MessageEncoding, ...], SortedSet, Lax] = Field(
-        min_length=1, description="Message encodings allowed on this topic."
+        min_length=1,
+        description="Message encodings allowed on this topic.",
+        json_schema_extra=controls((PRE, "topic_contract", R.UNSUPPORTED_ENCODING)),
     )
     schema_names: Annotated[tuple[str, ...], SortedSet, Lax] = Field(
-        default=(), description="Schema names allowed on this topic; empty = any."
+        default=(),
+        description="Schema names allowed on this topic; empty = any.",
+        json_schema_extra=controls((PRE, "topic_contract", R.UNSUPPORTED_ENCODING)),
     )
     stamp_field: str | None = Field(
         default=None,
@@ -155,14 +171,19 @@ class TopicContract(FrozenModel):
         default=("cbor", "cdr", "flatbuffer", "json", "msgpack", "protobuf", "ros1"),
         min_length=1,
         description="Encodings allowed on any channel, listed or not; others are quarantined. null = any.",
+        json_schema_extra=controls((PRE, "allowed_message_encodings", R.UNSUPPORTED_ENCODING)),
     )
     schema_encodings: Annotated[tuple[SchemaEncoding, ...], SortedSet, Lax] | None = Field(
         default=("flatbuffer", "jsonschema", "none", "omgidl", "protobuf", "ros1msg", "ros2idl", "ros2msg"),
         min_length=1,
         description="Schema encodings allowed on any schema of a file. null = any.",
+        json_schema_extra=controls((PRE, "allowed_schema_encodings", R.UNSUPPORTED_ENCODING)),
     )
     compressions: Annotated[tuple[Compression, ...], SortedSet, Lax] = Field(
-        default=("lz4", "none", "zstd"), min_length=1, description="Chunk compressions allowed."
+        default=("lz4", "none", "zstd"),
+        min_length=1,
+        description="Chunk compressions allowed.",
+        json_schema_extra=controls((PRE, "mcap.unknown_compression", R.UNKNOWN_COMPRESSION)),
     )
 
     @model_validator(mode="after")
@@ -204,19 +225,62 @@ class VideoContract(FrozenModel):
     """Video-vendor (``kind: video``) contract."""
 
     containers: Annotated[tuple[Container, ...], SortedSet, Lax] = Field(
-        default=("mov", "mp4"), min_length=1, description="Allowed containers."
+        default=("mov", "mp4"),
+        min_length=1,
+        description="Allowed containers.",
+        json_schema_extra=controls((PRE, "video.disallowed_container", R.DISALLOWED_CONTAINER)),
     )
     codecs: Annotated[tuple[VideoCodec, ...], SortedSet, Lax] = Field(
-        default=("h264", "hevc"), min_length=1, description="Allowed video codecs."
+        default=("h264", "hevc"),
+        min_length=1,
+        description="Allowed video codecs.",
+        json_schema_extra=controls((PRE, "allowed_codecs", R.UNSUPPORTED_ENCODING)),
     )
     # 320x240 is the smallest frame a policy input is still cut from; 7680x4320 (8K) bounds the decoder's
     # frame buffers, so the probe refuses decompression bombs before decoding them.
-    min_width_px: int = Field(default=320, ge=1, description="Narrower videos are quarantined.")
-    min_height_px: int = Field(default=240, ge=1, description="Shorter videos are quarantined.")
-    max_width_px: int = Field(default=7680, ge=1, description="Wider videos are quarantined unprobed.")
-    max_height_px: int = Field(default=4320, ge=1, description="Taller videos are quarantined unprobed.")
-    min_fps: float = Field(default=5.0, gt=0, description="Below this the clip is not useful motion.")
-    max_fps: float = Field(default=240.0, gt=0, description="High-speed cameras above this are refused.")
+    min_width_px: int = Field(
+        default=320,
+        ge=1,
+        description="Narrower videos are quarantined.",
+        json_schema_extra=controls((PRE, "width_bounds", R.RESOLUTION_OUT_OF_BOUNDS)),
+    )
+    min_height_px: int = Field(
+        default=240,
+        ge=1,
+        description="Shorter videos are quarantined.",
+        json_schema_extra=controls((PRE, "height_bounds", R.RESOLUTION_OUT_OF_BOUNDS)),
+    )
+    # max_width_px x max_height_px is also the probe's max_pixels: larger frames are refused undecoded.
+    max_width_px: int = Field(
+        default=7680,
+        ge=1,
+        description="Wider videos are quarantined unprobed.",
+        json_schema_extra=controls(
+            (PRE, "width_bounds", R.RESOLUTION_OUT_OF_BOUNDS),
+            (PRE, "video.resolution_out_of_bounds", R.RESOLUTION_OUT_OF_BOUNDS),
+        ),
+    )
+    max_height_px: int = Field(
+        default=4320,
+        ge=1,
+        description="Taller videos are quarantined unprobed.",
+        json_schema_extra=controls(
+            (PRE, "height_bounds", R.RESOLUTION_OUT_OF_BOUNDS),
+            (PRE, "video.resolution_out_of_bounds", R.RESOLUTION_OUT_OF_BOUNDS),
+        ),
+    )
+    min_fps: float = Field(
+        default=5.0,
+        gt=0,
+        description="Below this the clip is not useful motion.",
+        json_schema_extra=controls((PRE, "fps_bounds", R.FRAME_RATE_OUT_OF_BOUNDS)),
+    )
+    max_fps: float = Field(
+        default=240.0,
+        gt=0,
+        description="High-speed cameras above this are refused.",
+        json_schema_extra=controls((PRE, "fps_bounds", R.FRAME_RATE_OUT_OF_BOUNDS)),
+    )
     sidecar_suffix: str | None = Field(
         default=".json",
         description="Per-clip JSON sidecar beside each clip (clip.mp4 → clip.json); none = no sidecars.",
@@ -257,17 +321,29 @@ class TimestampPolicy(FrozenModel):
     # A recorder that pauses or an NTP step shows as a jump; 1 s is far above any expected message period
     # (the slowest contract topic, 30 Hz cameras, has 33 ms) yet catches clock steps.
     max_clock_jump_s: float = Field(
-        default=1.0, gt=0, description="Larger forward/backward jumps → clock_jump."
+        default=1.0,
+        gt=0,
+        description="Larger forward/backward jumps → clock_jump.",
+        json_schema_extra=controls((PRE, "max_clock_jump", R.CLOCK_JUMP)),
     )
     # The synthetic transport delay is a few ms; 50 ms of hardware-vs-log skew means a clock is off.
     max_skew_s: float = Field(
-        default=0.05, ge=0, description="Largest hardware-stamp vs log-time difference."
+        default=0.05,
+        ge=0,
+        description="Largest hardware-stamp vs log-time difference.",
+        json_schema_extra=controls((PRE, "max_clock_skew", R.CLOCK_SKEW)),
     )
     max_backward_steps: int = Field(
-        default=0, ge=0, description="Backward log-time steps tolerated per topic."
+        default=0,
+        ge=0,
+        description="Backward log-time steps tolerated per topic.",
+        json_schema_extra=controls((PRE, "max_backward_steps", R.NON_MONOTONIC_TIME)),
     )
     max_duplicate_timestamps: int = Field(
-        default=0, ge=0, description="Repeated log times tolerated per topic."
+        default=0,
+        ge=0,
+        description="Repeated log times tolerated per topic.",
+        json_schema_extra=controls((PRE, "max_duplicate_timestamps", R.DUPLICATE_TIMESTAMPS)),
     )
 
 
@@ -277,9 +353,12 @@ class CalibrationSource(FrozenModel):
     sidecar_path: VendorPath | None = Field(
         default=None,
         description="JSON file inside the vendor root with calibrations and their validity windows.",
+        json_schema_extra=controls((PRE, "calibration_valid", R.NO_CALIBRATION)),
     )
     topics: Annotated[tuple[str, ...], SortedSet, Lax] = Field(
-        default=(), description="Calibration topics inside each log (foxglove.CameraCalibration)."
+        default=(),
+        description="Calibration topics inside each log (foxglove.CameraCalibration).",
+        json_schema_extra=controls((PRE, "calibration_valid", R.NO_CALIBRATION)),
     )
     prefer: Literal["sidecar", "topics"] = Field(
         default="sidecar", description="Which source wins when both cover."
@@ -295,15 +374,22 @@ class IngestOptions(FrozenModel):
 
     # A 4K H.264 keyframe is a few MiB; a record claiming more than 64 MiB is corrupt or hostile.
     max_record_bytes: PositiveBytes = Field(
-        default=ByteSize(64 * 2**20), description="Largest MCAP record read."
+        default=ByteSize(64 * 2**20),
+        description="Largest MCAP record read.",
+        json_schema_extra=controls((PRE, "mcap.record_too_large", R.RECORD_TOO_LARGE)),
     )
     # Probing a one-hour 1080p clip takes well under a minute on one core; two minutes means a stuck decoder.
     probe_timeout_s: float = Field(
-        default=120.0, gt=0, description="Wall-clock limit of a video probe subprocess."
+        default=120.0,
+        gt=0,
+        description="Wall-clock limit of a video probe subprocess.",
+        json_schema_extra=controls((PRE, "video.probe_timeout", R.PROBE_TIMEOUT)),
     )
     # Decoding 8K frames with a few references fits in 2 GiB; more means a decompression bomb.
     probe_memory_bytes: PositiveBytes = Field(
-        default=ByteSize(2 * 2**30), description="Address-space limit of a probe."
+        default=ByteSize(2 * 2**30),
+        description="Address-space limit of a probe.",
+        json_schema_extra=controls((PRE, "video.probe_resource_limit", R.PROBE_RESOURCE_LIMIT)),
     )
     verify_after_copy: bool = Field(
         default=True, description="Re-read and re-hash a landed object before publishing."
@@ -315,25 +401,62 @@ class QualityPre(FrozenModel):
 
     # 2 % missing frames is visible as stutter in a 30 Hz camera; fewer is transport noise.
     max_gap_rate: float = Field(
-        default=0.02, ge=0, le=1, description="Largest fraction of expected messages missing."
+        default=0.02,
+        ge=0,
+        le=1,
+        description="Largest fraction of expected messages missing.",
+        json_schema_extra=controls((PRE, "max_gap_rate", R.GAP_RATE_HIGH)),
     )
     # One second at 30 Hz: shorter episodes cannot give a training window.
     min_frames: int = Field(
-        default=30, ge=1, description="Fewer decoded frames per camera/clip → too_few_frames."
+        default=30,
+        ge=1,
+        description="Fewer decoded frames per camera/clip → too_few_frames.",
+        json_schema_extra=controls(
+            (PRE, "min_camera_frames", R.TOO_FEW_FRAMES),
+            (PRE, "min_frames", R.TOO_FEW_FRAMES),
+            (PRE, "video.too_few_frames", R.TOO_FEW_FRAMES),
+        ),
     )
-    min_duration_s: float = Field(default=1.0, ge=0, description="Shorter episodes/clips are quarantined.")
+    min_duration_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="Shorter episodes/clips are quarantined.",
+        json_schema_extra=controls((PRE, "duration_bounds", R.DURATION_OUT_OF_BOUNDS)),
+    )
     # Two hours: longer inputs are almost always a recorder left running.
-    max_duration_s: float = Field(default=7200.0, gt=0, description="Longer episodes/clips are quarantined.")
+    max_duration_s: float = Field(
+        default=7200.0,
+        gt=0,
+        description="Longer episodes/clips are quarantined.",
+        json_schema_extra=controls((PRE, "duration_bounds", R.DURATION_OUT_OF_BOUNDS)),
+    )
     # Mean luma ≤ 16 is video black (BT.601 limited range); a stddev ≤ 4 rules out dark but textured scenes.
     blank_mean_luma_max: float = Field(
         default=16.0, ge=0, le=255, description="A frame this dark may be blank."
     )
-    blank_luma_stddev_max: float = Field(default=4.0, ge=0, le=255, description="…and this flat is blank.")
+    blank_luma_stddev_max: float = Field(
+        default=4.0,
+        ge=0,
+        le=255,
+        description="…and this flat is blank.",
+        json_schema_extra=controls((PRE, "video.blank_video", R.BLANK_VIDEO)),
+    )
     max_blank_fraction: float = Field(
-        default=0.9, ge=0, le=1, description="More blank sampled frames → blank_video."
+        default=0.9,
+        ge=0,
+        le=1,
+        description="More blank sampled frames → blank_video.",
+        json_schema_extra=controls((PRE, "video.blank_video", R.BLANK_VIDEO)),
     )
     # Bars under 4 % of the height are overscan noise, not letterboxing.
-    letterbox_min_fraction: float = Field(default=0.04, ge=0, le=1, description="Black-bar fraction flagged.")
+    letterbox_min_fraction: float = Field(
+        default=0.04,
+        ge=0,
+        le=1,
+        description="Black-bar fraction flagged.",
+        json_schema_extra=controls((PRE, "video.letterboxed", R.LETTERBOXED)),
+    )
     # Frame intervals varying by more than 10 % of the nominal period mean variable frame rate.
     vfr_tolerance_fraction: float = Field(default=0.1, ge=0, description="Frame-interval jitter allowed.")
 
@@ -343,16 +466,30 @@ class QualityPost(FrozenModel):
 
     # CRF 23 / QP 26 give 34-37 dB on grainy 720p (MEASURED.md); 30 dB fails only a broken encode.
     min_psnr_db: float = Field(
-        default=30.0, ge=0, description="Lowest PSNR of sampled frames against the source."
+        default=30.0,
+        ge=0,
+        description="Lowest PSNR of sampled frames against the source.",
+        json_schema_extra=controls((Gate.POST, "psnr", R.PSNR_BELOW_THRESHOLD)),
     )
     psnr_sample_frames: int = Field(default=8, ge=1, description="Frames per camera compared for PSNR.")
-    frame_count_tolerance_frames: int = Field(default=0, ge=0, description="Frames the output may lack.")
+    frame_count_tolerance_frames: int = Field(
+        default=0,
+        ge=0,
+        description="Frames the output may lack.",
+        json_schema_extra=controls((Gate.POST, "frame_count", R.FRAME_COUNT_MISMATCH)),
+    )
     # Two frames at 30 fps: container rounding, not lost content.
     duration_tolerance_s: float = Field(
-        default=0.07, ge=0, description="Allowed output vs source duration gap."
+        default=0.07,
+        ge=0,
+        description="Allowed output vs source duration gap.",
+        json_schema_extra=controls((Gate.POST, "duration", R.DURATION_MISMATCH)),
     )
     max_resample_rmse: float = Field(
-        default=0.01, ge=0, description="RMS error of resampled state/actions, in each field's own units."
+        default=0.01,
+        ge=0,
+        description="RMS error of resampled state/actions, in each field's own units.",
+        json_schema_extra=controls((Gate.POST, "resample", R.RESAMPLE_ERROR)),
     )
 
 

@@ -11,7 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ByteSize, Field, JsonValue, model_validator
 
+from pipeline.config.controls import controls
 from pipeline.config.types import FrozenModel, Lax, Loc, PositiveBytes, Slug, raise_problems
+from pipeline.enums import Gate, ReasonCode
 
 
 class TrainingProfile(StrEnum):
@@ -67,8 +69,19 @@ class ClipOptions(FrozenModel):
 
     fps: float = Field(default=30.0, gt=0, le=240, description="Constant output frame rate.")
     # Ten seconds bounds a clip's decode cost for a training sample and its size in a shard.
-    max_clip_duration_s: float = Field(default=10.0, gt=0, description="Longer scenes are split.")
-    min_clip_duration_s: float = Field(default=1.0, ge=0, description="Shorter scenes are dropped.")
+    # The clip post-gate judges each clip against the same bounds (one frame of slack).
+    max_clip_duration_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longer scenes are split.",
+        json_schema_extra=controls((Gate.POST, "duration", ReasonCode.DURATION_MISMATCH)),
+    )
+    min_clip_duration_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="Shorter scenes are dropped.",
+        json_schema_extra=controls((Gate.POST, "duration", ReasonCode.DURATION_MISMATCH)),
+    )
     # FFmpeg's scene score (0-1); 0.3 catches hard cuts without splitting on fast motion.
     scene_cut_threshold: float = Field(
         default=0.3, gt=0, le=1, description="Scene-change score that cuts a clip."
