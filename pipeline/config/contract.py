@@ -431,15 +431,13 @@ class QualityPre(FrozenModel):
         description="Longer episodes/clips are quarantined.",
         json_schema_extra=controls((PRE, "duration_bounds", R.DURATION_OUT_OF_BOUNDS)),
     )
-    # Mean luma ≤ 16 is video black (BT.601 limited range); a stddev ≤ 4 rules out dark but textured scenes.
-    blank_mean_luma_max: float = Field(
-        default=16.0, ge=0, le=255, description="A frame this dark may be blank."
-    )
+    # A blank frame is a near-constant one at any brightness (black, a test-card colour, a lens cap): sensor
+    # noise on real content keeps the luma stddev far above 4.
     blank_luma_stddev_max: float = Field(
         default=4.0,
         ge=0,
         le=255,
-        description="…and this flat is blank.",
+        description="A sampled frame whose luma stddev is at most this is blank.",
         json_schema_extra=controls((PRE, "video.blank_video", R.BLANK_VIDEO)),
     )
     max_blank_fraction: float = Field(
@@ -457,8 +455,23 @@ class QualityPre(FrozenModel):
         description="Black-bar fraction flagged.",
         json_schema_extra=controls((PRE, "video.letterboxed", R.LETTERBOXED)),
     )
-    # Frame intervals varying by more than 10 % of the nominal period mean variable frame rate.
-    vfr_tolerance_fraction: float = Field(default=0.1, ge=0, description="Frame-interval jitter allowed.")
+    # A frame interval more than 20 % off a whole multiple of the median interval counts as a rate change:
+    # that lets millisecond time bases (33/34 ms at 30 fps) and 1001/1000 rounding through.
+    vfr_tolerance_fraction: float = Field(
+        default=0.2,
+        gt=0,
+        description="Relative frame-interval deviation that counts as a rate change.",
+        json_schema_extra=controls((PRE, "video.variable_frame_rate", R.VARIABLE_FRAME_RATE)),
+    )
+
+    @model_validator(mode="after")
+    def _duration_bounds_ordered(self) -> QualityPre:
+        if self.min_duration_s > self.max_duration_s:
+            raise ValueError(
+                f"min_duration_s {self.min_duration_s:g} is above max_duration_s {self.max_duration_s:g}: "
+                "no input could pass"
+            )
+        return self
 
 
 class QualityPost(FrozenModel):

@@ -47,6 +47,7 @@ def probe_limits(vendor: VendorConfig) -> VideoProbeLimits:
         min_frames=max(pre.min_frames, 1),
         blank_ratio_max=max(pre.max_blank_fraction, 1e-6),
         blank_luma_std_max=pre.blank_luma_stddev_max,
+        vfr_tolerance=pre.vfr_tolerance_fraction,
     )
 
 

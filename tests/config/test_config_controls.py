@@ -37,6 +37,7 @@ LIMIT_FINDINGS: dict[str, tuple[ReasonCode, ...]] = {
     "min_frames": (ReasonCode.TOO_FEW_FRAMES,),
     "blank_ratio_max": (ReasonCode.BLANK_VIDEO,),
     "blank_luma_std_max": (ReasonCode.BLANK_VIDEO,),
+    "vfr_tolerance": (ReasonCode.VARIABLE_FRAME_RATE,),
 }
 
 

@@ -372,3 +372,17 @@ def test_two_files_for_one_vendor_are_both_refused(write_vendor, tiny: str) -> N
     path.with_suffix(".yml").write_text(path.read_text())
     loaded = load_vendors(path.parent)
     assert isinstance(loaded["tiny"], ConfigError) and "several files" in str(loaded["tiny"])
+
+
+def test_duration_bounds_must_leave_room_for_an_input(write_vendor, tiny: str) -> None:
+    # min above max used to load, and the pre-gate's duration check then passed every input.
+    problems = problems_of(write_vendor(tiny + "quality: {pre: {min_duration_s: 10, max_duration_s: 5}}\n"))
+    assert "min_duration_s 10 is above max_duration_s 5" in problems["quality.pre"]
+
+
+def test_video_probe_limits_follow_the_vendor_thresholds(write_vendor, tiny: str) -> None:
+    from pipeline.quality.video import probe_limits
+
+    text = tiny + "quality: {pre: {vfr_tolerance_fraction: 0.35, blank_luma_stddev_max: 2.5}}\n"
+    limits = probe_limits(load_vendor(write_vendor(text)))
+    assert (limits.vfr_tolerance, limits.blank_luma_std_max) == (0.35, 2.5)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Inputs
 from mcap.reader import make_reader
+from quality_inputs import Inputs
 
 from pipeline.config import VendorConfig, generic_vendor, load_vendor
 from pipeline.docsgen import config_controls
@@ -352,6 +352,11 @@ def letterbox(i: Inputs) -> Crossing:
     return Crossing(video_gate(i.letterboxed), video_vendor(), bars / 2, (bars + 1) / 2)
 
 
+def vfr_tolerance(i: Inputs) -> Crossing:
+    """Every fifth interval is 1.5 periods, half a period off: counted under a tolerance below 0.5 only."""
+    return Crossing(video_gate(i.variable_rate), video_vendor(), 0.2, 0.6)
+
+
 def probe_timeout(i: Inputs) -> Crossing:
     return Crossing(video_gate(i.clip), video_vendor(), 0.001, 120.0)
 
@@ -447,6 +452,7 @@ CROSSINGS: dict[tuple[str, ReasonCode], Callable[[Inputs], Crossing]] = {
     ("quality.pre.blank_luma_stddev_max", R.BLANK_VIDEO): blank_stddev,
     ("quality.pre.max_blank_fraction", R.BLANK_VIDEO): blank_fraction,
     ("quality.pre.letterbox_min_fraction", R.LETTERBOXED): letterbox,
+    ("quality.pre.vfr_tolerance_fraction", R.VARIABLE_FRAME_RATE): vfr_tolerance,
     ("ingest.probe_timeout_s", R.PROBE_TIMEOUT): probe_timeout,
     ("ingest.probe_memory_bytes", R.PROBE_RESOURCE_LIMIT): probe_memory,
     ("quality.post.min_psnr_db", R.PSNR_BELOW_THRESHOLD): min_psnr,
