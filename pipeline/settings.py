@@ -7,6 +7,7 @@ resulting :class:`Settings` is passed down. Library code never reads the environ
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -24,6 +25,19 @@ class Settings(BaseSettings):
     )
     store_url: str | None = Field(
         default=None, description="fsspec URL of the store (raw/, derived/, shards/, manifests/)."
+    )
+    store_verify: Literal["sample", "full"] = Field(
+        default="sample",
+        description=(
+            "How much of each landed file is re-read from the device before it is published: a random "
+            "sample of its MiB plus its first and last (default), or every byte (about half the landing "
+            "throughput on a disk that cannot read beside its writes; see pipeline.store)."
+        ),
+    )
+    #: Staging files older than this are left by a killed lander (a landing of the largest inputs takes
+    #: minutes); the ingest step removes them when it starts.
+    staging_max_age_s: float = Field(
+        default=24 * 3600.0, gt=0, description="Age after which a tmp/ staging file counts as abandoned."
     )
     ray_address: str | None = Field(default=None, description="Ray cluster address; unset = a local Ray.")
     vendors_dir: Path = Field(default=Path("dags/vendors"), description="Folder of vendor YAML files.")

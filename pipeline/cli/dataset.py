@@ -93,7 +93,7 @@ def build(
         if not no_sync:
             sync(engine, settings.warehouse_path)
         version = build_version(
-            spec, engine=engine, warehouse_path=settings.warehouse_path, store=Store(settings.store)
+            spec, engine=engine, warehouse_path=settings.warehouse_path, store=Store(settings.store, verify=settings.store_verify)
         )
     finally:
         engine.dispose()

@@ -97,6 +97,8 @@ class IngestStep(Step):
 
     def setup(self) -> None:
         _ = self.vendor_id, self.source
+        # A lander killed mid-copy leaves its staging file under tmp/ (never referenced, never published).
+        self.ctx.store.sweep_staging(older_than_s=self.ctx.settings.staging_max_age_s)
 
     def items(self, batch_items: Sequence[WorkItem]) -> list[WorkItem]:
         """Every file of the batch; files whose content is already registered are marked for skipping."""

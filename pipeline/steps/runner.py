@@ -74,7 +74,7 @@ def build_context(settings: Settings, *, code_version: str | None = None) -> Ste
     return StepContext(
         settings=settings,
         engine=make_engine(database_url(settings)),
-        store=Store(settings.store),
+        store=Store(settings.store, verify=settings.store_verify),
         code_version=code_version or current_code_version(),
     )
 

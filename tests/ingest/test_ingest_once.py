@@ -192,10 +192,19 @@ def test_kill_9_during_ingest_then_ingest_again(
     for obj in (tmp_path / "store" / "raw").iterdir():  # ...and nothing partial is visible in raw/
         assert sha256_of(obj) == obj.name
 
+    # The killed lander's staging file is abandoned: once older than the settings' limit, the next ingest
+    # removes it; a staging file of a landing still in progress (fresh) is left alone.
+    two_days_ago = time.time() - 2 * 24 * 3600
+    for path in partial:
+        os.utime(path, (two_days_ago, two_days_ago))
+    live = staging / "live-landing"
+    live.write_bytes(b"in progress")
+
     ctx = make_context(tmp_path, migrated_database_url)
     ingest_vendor(vendor, ctx, settle_s=0)
     _assert_one_row_per_input(ctx.engine, manifest, {"aaa-big.mcap": FileState.QUARANTINED})
     assert episode_rows(ctx.engine)["aaa-big.mcap"]["reasons"] == ["bad_magic"]
+    assert sorted(staging.iterdir()) == [live]
     assert list(ctx.store.scrub(blobs(ctx.engine))) == []
     assert set(_raw_listing(tmp_path)) == {sha for sha, _ in blobs(ctx.engine)}
 
