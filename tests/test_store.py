@@ -17,7 +17,8 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.errors import StoreError
-from pipeline.store import BLOCK_BYTES, VERIFY_PIECE_BYTES, Store, _Copied, _verify_pieces
+from pipeline.staging import BLOCK_BYTES, VERIFY_PIECE_BYTES, Copied, _verify_pieces
+from pipeline.store import Store
 
 LOCAL = fsspec.filesystem("file")
 
@@ -160,7 +161,7 @@ def test_verify_refuses_a_staged_copy_that_reads_back_differently(tmp_path: Path
         )
         for offset in range(0, len(data), VERIFY_PIECE_BYTES)
     }
-    copied = _Copied(size_bytes=len(data), pieces=pieces)
+    copied = Copied(size_bytes=len(data), pieces=pieces)
     buf = mmap.mmap(-1, VERIFY_PIECE_BYTES)
     _verify_pieces(str(staged), copied, direct=True, buf=buf)  # as written: passes
     flipped = bytearray(data)

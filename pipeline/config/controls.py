@@ -48,10 +48,13 @@ def field_controls(info: FieldInfo) -> tuple[Control, ...]:
     extra = info.json_schema_extra
     if not isinstance(extra, dict):
         return ()
-    entries = extra.get(CONTROLS_KEY) or []
+    entries = extra.get(CONTROLS_KEY)
+    if not isinstance(entries, list):
+        return ()
     return tuple(
-        Control(Gate(e["gate"]), str(e["check"]), ReasonCode(e["reason"]))  # type: ignore[index]
-        for e in entries  # type: ignore[union-attr]
+        Control(Gate(str(e["gate"])), str(e["check"]), ReasonCode(str(e["reason"])))
+        for e in entries
+        if isinstance(e, dict)
     )
 
 
