@@ -42,5 +42,19 @@ def views_sql() -> str:
 
 
 def apply_views(con: duckdb.DuckDBPyConnection) -> None:
-    """(Re)create the views on a writable connection, inside the caller's transaction."""
+    """(Re)create the views on a writable connection, inside the caller's transaction.
+
+    Views of the main schema that the file no longer defines (renamed or removed in a newer release) are
+    dropped first: a curation query must not keep reading a view nobody maintains. The warehouse is a
+    replica that sync owns; nobody else creates views in it.
+    """
+    stale = [
+        name
+        for (name,) in con.execute(
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'"
+        ).fetchall()
+        if name not in VIEWS
+    ]
+    for name in stale:
+        con.execute(f'DROP VIEW IF EXISTS main."{name}"')
     con.execute(views_sql())

@@ -26,3 +26,17 @@ def test_clip_columns_are_in_episode_view_on_an_empty_warehouse() -> None:
     assert columns["n_clips"] == "BIGINT" and columns["clips_uri"] == "VARCHAR"
     clip_columns = [row[0] for row in con.execute("DESCRIBE episode_clips").fetchall()]
     assert clip_columns[:4] == ["episode_id", "clip_artifact_id", "clip_index", "clip_file"]
+
+
+def test_a_view_the_file_no_longer_defines_is_dropped() -> None:
+    con = duckdb.connect()
+    con.execute(f"CREATE SCHEMA {CATALOG_SCHEMA}")
+    for table in synced_tables():
+        con.execute(table.create_sql())
+    apply_views(con)
+    con.execute("CREATE VIEW episode_view_v0 AS SELECT 1 AS retired")  # what an older release defined
+    apply_views(con)
+    names = {
+        row[0] for row in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+    }
+    assert names == set(VIEWS)
