@@ -16,10 +16,9 @@ from pathlib import Path
 
 import av
 import numpy as np
-from mcap.reader import make_reader
 from mcap.records import Channel, Message
-from mcap.writer import Writer
 
+from pipeline.mcaplog.rewrite import rewrite_with_stock_writer
 from pipeline.synth import layout
 from pipeline.synth.calibration import make_calibration
 from pipeline.synth.robot import EpisodeMedia, EpisodeSpec, EpisodeTweaks, write_episode
@@ -39,29 +38,7 @@ Edit = Callable[[Channel, Message], list[Message]]
 
 def rewrite_mcap(src: Path, dst: Path, edit: Edit) -> Path:
     """Copy an MCAP with the stock writer (schemas, channels, metadata kept), messages passed through ``edit``."""
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        reader = make_reader(fin)
-        summary = reader.get_summary()
-        assert summary is not None
-        writer = Writer(fout)
-        writer.start()
-        schemas = {
-            sid: writer.register_schema(s.name, s.encoding, s.data)
-            for sid, s in sorted(summary.schemas.items())
-        }
-        channels = {
-            cid: writer.register_channel(
-                c.topic, c.message_encoding, schemas.get(c.schema_id, 0), dict(c.metadata)
-            )
-            for cid, c in sorted(summary.channels.items())
-        }
-        for record in reader.iter_metadata():
-            writer.add_metadata(record.name, dict(record.metadata))
-        for _, channel, message in reader.iter_messages(log_time_order=True):
-            for m in edit(channel, message):
-                writer.add_message(channels[channel.id], m.log_time, m.data, m.publish_time, m.sequence)
-        writer.finish()
-    return dst
+    return rewrite_with_stock_writer(src, dst, edit=edit)
 
 
 def _episode(path: Path, size: tuple[int, int], tweaks: EpisodeTweaks | None = None) -> Path:
