@@ -126,6 +126,7 @@ class TranscodeStep(Step):
     def __init__(self, vendor: VendorConfig, ctx: StepContext) -> None:
         super().__init__(vendor, ctx)
         self._executor: Executor | None = None
+        self._executor_workers: int | None = None
 
     def setup(self) -> None:
         import multiprocessing
@@ -134,6 +135,7 @@ class TranscodeStep(Step):
         if processes > 1 and self._executor is None:
             # spawn: a worker may hold threads (database pool, Ray) that fork would copy mid-operation.
             self._executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+            self._executor_workers = processes
 
     def close(self) -> None:
         """Stop the encoder processes (the runner's workers end with their process anyway)."""
@@ -178,6 +180,7 @@ class TranscodeStep(Step):
                     config,
                     provenance,
                     executor=self._executor,
+                    executor_workers=self._executor_workers,
                     staging_dir=staging,
                 )
             sha256, size = result.sha256, result.size_bytes

@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import cast
+from typing import TypeVar, cast
 
 import av
 from av.video.codeccontext import VideoCodecContext
@@ -23,6 +24,9 @@ from pipeline.transcode.h264 import access_unit_info, frame_letter
 from pipeline.transcode.profiles import X264_THREADS, EncoderSettings, fit_size
 
 log = logging.getLogger(__name__)
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 
 #: Decoded frames held between the decode thread and the encoder: enough to ride out a slow frame on
 #: either side, small enough to bound memory (8 yuv420p frames at 720p are ~11 MB).
@@ -204,3 +208,30 @@ def encode_camera(job: CameraJob) -> EncodedCamera:
         units=tuple(units),
         decoded_frames=len(source_of),
     )
+
+
+def run_concurrently(fn: Callable[[_In], _Out], items: Sequence[_In]) -> list[_Out]:
+    """``[fn(item) for item in items]`` with every item in its own thread (results in order; the first
+    exception is raised after all threads ended).
+
+    For codec work: PyAV releases the GIL inside libavcodec and libx264, so the threads run on separate
+    cores, and the operating system shares the cores among all of them. Each encoder stays single-threaded
+    (its bytes do not depend on the machine); only when they run changes.
+    """
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(len(items), thread_name_prefix="camera") as threads:
+        return list(threads.map(fn, items))
+
+
+def encode_cameras(jobs: Sequence[CameraJob]) -> list[EncodedCamera]:
+    """:func:`encode_camera` for several cameras at once, one thread each (see :func:`run_concurrently`);
+    the output of each camera is the same as encoding it alone."""
+    return run_concurrently(encode_camera, jobs)
+
+
+def deal(items: Sequence[_In], hands: int) -> list[list[_In]]:
+    """``items`` dealt round-robin into at most ``hands`` non-empty lists (cameras over encoder processes:
+    three cameras on two processes become [[a, c], [b]])."""
+    hands = max(1, min(hands, len(items)))
+    return [list(items[k::hands]) for k in range(hands)]

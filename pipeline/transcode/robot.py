@@ -26,7 +26,7 @@ from pipeline.config import StampSource, TopicContract, TranscodeOptions, Vendor
 from pipeline.enums import ReasonCode, SourceKind
 from pipeline.errors import UnknownChoiceError
 from pipeline.transcode import layout
-from pipeline.transcode.cameras import CameraJob, EncodedCamera, encode_camera
+from pipeline.transcode.cameras import CameraJob, EncodedCamera, deal, encode_camera, encode_cameras
 from pipeline.transcode.errors import OutputVerifyError, TranscodeInputError
 from pipeline.transcode.groupwriter import GroupedWriter, GroupSpec, OutMessage
 from pipeline.transcode.profiles import EncoderSettings
@@ -93,12 +93,16 @@ def transcode_episode(
     provenance: Provenance,
     *,
     executor: Executor | None = None,
+    executor_workers: int | None = None,
     staging_dir: Path | None = None,
 ) -> TranscodeResult:
     """Transcode the robot log ``source`` into ``out`` (published atomically; see the module docstring).
 
     ``executor``: where camera encodes run (a process pool sized by the step's CPUs); ``None`` encodes in
-    this process. Bad input raises :class:`TranscodeInputError` or
+    this process, one camera after the other. ``executor_workers``: the pool's process count (unset: one
+    task per camera, as before); with more cameras than processes, the cameras are dealt over the
+    processes and each process encodes its cameras at once in threads, so that no core idles while the
+    last camera encodes alone (three cameras on two processes: 1.5 camera-times instead of 2). Bad input raises :class:`TranscodeInputError` or
     :class:`~pipeline.mcaplog.McapInputError`; a staging file that does not read back raises
     :class:`OutputVerifyError`.
     """
@@ -107,9 +111,13 @@ def transcode_episode(
     settings = EncoderSettings.from_options(config.options)
     jobs = [CameraJob(c.name, tuple(c.units), c.rate, settings) for c in episode.cameras]
     if executor is not None:
-        futures = [executor.submit(encode_camera, job) for job in jobs]
+        hands = deal(range(len(jobs)), _workers(executor_workers, len(jobs)))
+        futures = [executor.submit(encode_cameras, [jobs[k] for k in hand]) for hand in hands]
         resampled = _resample(episode, config.options.resample_rate_hz)  # while the cameras encode
-        encoded = [f.result() for f in futures]
+        done: dict[int, EncodedCamera] = {}
+        for hand, future in zip(hands, futures, strict=True):
+            done.update(zip(hand, future.result(), strict=True))
+        encoded = [done[k] for k in range(len(jobs))]
     else:
         encoded = [encode_camera(job) for job in jobs]
         resampled = _resample(episode, config.options.resample_rate_hz)
@@ -141,6 +149,11 @@ def transcode_episode(
         chunks=chunks,
         seconds=seconds,
     )
+
+
+def _workers(given: int | None, cameras: int) -> int:
+    """How many tasks to split the cameras into: ``given`` (the pool's process count), else one per camera."""
+    return given if given is not None and given > 0 else cameras
 
 
 def _resample(episode: SourceEpisode, rate_hz: float | None) -> list[Resampled]:

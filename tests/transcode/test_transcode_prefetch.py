@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from transcode_helpers import config_for
 
 from pipeline.config import TrainingProfile
 from pipeline.transcode.cameras import decode_units, prefetched
 from pipeline.transcode.errors import TranscodeInputError
 from pipeline.transcode.source import read_source
-from tests.transcode.transcode_helpers import config_for
 
 
 def _units(source: Path) -> list[bytes]:

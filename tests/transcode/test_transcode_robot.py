@@ -164,12 +164,21 @@ def test_same_input_and_config_give_the_same_bytes_in_process_or_in_encoder_proc
         source_episode, tmp_path / "a" / "episode.mcap", config_for("random_access"), PROVENANCE
     )
     with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+        # three cameras dealt over two processes, two of them encoded at once in threads
         pooled = transcode_episode(
             source_episode,
             tmp_path / "b" / "episode.mcap",
             config_for("random_access"),
             PROVENANCE,
             executor=pool,
+            executor_workers=2,
         )
-    assert again.sha256 == pooled.sha256 == reference.sha256
+        per_camera = transcode_episode(
+            source_episode,
+            tmp_path / "c" / "episode.mcap",
+            config_for("random_access"),
+            PROVENANCE,
+            executor=pool,
+        )
+    assert again.sha256 == pooled.sha256 == per_camera.sha256 == reference.sha256
     assert again.path.read_bytes() == reference.path.read_bytes()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -10,9 +11,9 @@ from typing import Any
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 from mcap.reader import make_reader
 from mcap.records import Channel, Message
-from mcap.writer import Writer
 
 from pipeline.config import TrainingProfile, VendorConfig, load_vendor
+from pipeline.mcaplog.rewrite import rewrite_with_stock_writer
 from pipeline.synth.calibration import make_calibration
 from pipeline.synth.robot import EpisodeMedia, EpisodeSpec, write_episode
 from pipeline.transcode import Provenance, RobotTranscodeConfig
@@ -63,33 +64,13 @@ Edit = Callable[[Channel, Message], list[bytes]]
 
 
 def rewrite(src: Path, dst: Path, edit: Edit) -> Path:
-    """Copy an MCAP with the stock writer, schemas, channels and metadata kept, messages passed through
-    ``edit``."""
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        reader = make_reader(fin)
-        summary = reader.get_summary()
-        assert summary is not None
-        writer = Writer(fout)
-        writer.start()
-        schemas = {
-            sid: writer.register_schema(s.name, s.encoding, s.data)
-            for sid, s in sorted(summary.schemas.items())
-        }
-        channels = {
-            cid: writer.register_channel(
-                c.topic, c.message_encoding, schemas.get(c.schema_id, 0), dict(c.metadata)
-            )
-            for cid, c in sorted(summary.channels.items())
-        }
-        for m in reader.iter_metadata():
-            writer.add_metadata(m.name, dict(m.metadata))
-        for _, channel, message in reader.iter_messages(log_time_order=False):
-            for data in edit(channel, message):
-                writer.add_message(
-                    channels[channel.id], message.log_time, data, message.publish_time, message.sequence
-                )
-        writer.finish()
-    return dst
+    """Copy an MCAP with the stock writer, schemas, channels and metadata kept, each message's payload
+    replaced by the payloads ``edit`` returns (in file order)."""
+
+    def messages(channel: Channel, message: Message) -> list[Message]:
+        return [dataclasses.replace(message, data=data) for data in edit(channel, message)]
+
+    return rewrite_with_stock_writer(src, dst, edit=messages, log_time_order=False)
 
 
 def camera_messages(path: Path, topic: str) -> list[CompressedVideo]:

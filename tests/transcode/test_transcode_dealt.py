@@ -1,0 +1,50 @@
+"""Cameras dealt over encoder processes and encoded at once in threads: order, errors, same frames."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from transcode_helpers import config_for
+
+from pipeline.config import TrainingProfile
+from pipeline.transcode.cameras import CameraJob, deal, encode_camera, encode_cameras, run_concurrently
+from pipeline.transcode.profiles import EncoderSettings
+from pipeline.transcode.source import read_source
+
+
+def test_deal_spreads_items_round_robin_over_at_most_the_hands_given() -> None:
+    assert deal(["a", "b", "c"], 2) == [["a", "c"], ["b"]]
+    assert deal(["a", "b"], 8) == [["a"], ["b"]]
+    assert deal(["a", "b", "c"], 1) == [["a", "b", "c"]]
+    assert deal(["a", "b", "c"], 0) == [["a", "b", "c"]]
+
+
+def test_run_concurrently_keeps_order_runs_items_at_once_and_raises_the_error() -> None:
+    together = threading.Barrier(3, timeout=10)  # breaks unless all three items run at the same time
+
+    def meet(k: int) -> int:
+        together.wait()
+        return k * k
+
+    assert run_concurrently(meet, [0, 1, 2]) == [0, 1, 4]
+
+    def work(k: int) -> int:
+        if k == 3:
+            raise ValueError("item 3")
+        return k
+
+    with pytest.raises(ValueError, match="item 3"):
+        run_concurrently(work, [1, 2, 3])
+
+
+def test_cameras_encoded_at_once_give_the_bytes_of_one_at_a_time(source_episode: Path) -> None:
+    config = config_for(TrainingProfile.VLA)
+    episode = read_source(source_episode, config.contract, config.truth)
+    settings = EncoderSettings.from_options(config.options)
+    jobs = [CameraJob(c.name, tuple(c.units), c.rate, settings) for c in episode.cameras]
+    alone = [encode_camera(job) for job in jobs]
+    together = encode_cameras(jobs)
+    assert [c.name for c in together] == [j.name for j in jobs]
+    assert together == alone
