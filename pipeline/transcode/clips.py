@@ -215,12 +215,24 @@ def plan_clips(analysis: Analysis, clips: ClipOptions) -> list[ClipPlan]:
     for start, end in pairwise(bounds):
         length = end - start
         pieces = max(1, math.ceil(length / clips.max_clip_duration_s - 1e-9))
-        step = length / pieces
         for k in range(pieces):
-            a, b = start + k * step, start + (k + 1) * step
+            # length * k / pieces, not k * (length / pieces): the last bound is then exactly ``end``
+            a, b = start + length * k / pieces, start + length * (k + 1) / pieces
             if b - a >= clips.min_clip_duration_s:
                 plans.append(ClipPlan(len(plans), a, b))
     return plans
+
+
+#: Frame times and cut points are sums of float fractions: a frame on a cut can come out a hair either side
+#: of it. A microsecond is far under any frame period, so a frame on a cut always opens the later clip.
+CUT_TOLERANCE_S = 1e-6
+
+
+def clip_of(plans: list[ClipPlan], t: float) -> int | None:
+    """The clip a frame at source time ``t`` belongs to (None between scenes dropped as too short)."""
+    return next(
+        (p.index for p in plans if p.start_s - CUT_TOLERANCE_S <= t < p.end_s - CUT_TOLERANCE_S), None
+    )
 
 
 def normalised_frames(source: Path, analysis: Analysis, options: TranscodeOptions) -> Iterator[av.VideoFrame]:
@@ -270,7 +282,7 @@ def transform_video(
     try:
         for frame in normalised_frames(source, analysis, options):
             t = float(frame.time or 0.0)
-            index = next((p.index for p in plans if p.start_s <= t < p.end_s), None)
+            index = clip_of(plans, t)
             if index != current and writer is not None:
                 outputs.append(writer.close())
                 writer = None

@@ -162,3 +162,15 @@ def test_a_file_without_video_is_a_recorded_rejection_not_a_crash(corpus_dir: Pa
         )
     assert caught.value.code is ReasonCode.NO_VIDEO_STREAM
     assert not list(tmp_path.glob("**/*.mp4")) and not list(tmp_path.glob(".*.part"))
+
+
+def test_a_frame_on_a_split_point_opens_the_later_clip(tmp_path: Path) -> None:
+    """3 s at 30 fps split into 1 s pieces: 30 frames each. Float cut points (1.0000000000000002 s) used to
+    put frame 30 in the first clip (31/30/29 frames)."""
+    path = tmp_path / "three.mp4"
+    write_clip(path, ClipSpec("c", "three.mp4", 3.0, seed=4, scene_cuts=0), ClipMedia())
+    outputs = transform_video(
+        path, tmp_path / "out", options(max_clip_duration_s=1.0, min_clip_duration_s=0.5)
+    )
+    assert [o.frames for o in outputs] == [30, 30, 30]
+    assert [clip_indices(tmp_path / "out" / o.file)[0] for o in outputs] == [0, 30, 60]
