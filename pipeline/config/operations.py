@@ -117,6 +117,11 @@ class PoolConfig(FrozenModel):
 
 #: Pools every vendor has unless it overrides their slots. cpu: the 2 cores of the reference machine;
 #: io: I/O-bound tasks overlap well, so twice the cores; db: connections one vendor may hold; gpu: one device.
+#: The Celery queues the deployment's workers serve (docker/compose.yaml, the Ansible inventories; a DAG test
+#: checks both): CPU hosts serve default, cpu, io and db, GPU hosts gpu.
+DEFAULT_QUEUE = "default"
+SERVED_QUEUES: tuple[str, ...] = (DEFAULT_QUEUE, "cpu", "io", "db", "gpu")
+
 DEFAULT_POOLS: dict[str, dict[str, Any]] = {
     "cpu": {"slots": 2, "description": "CPU-bound media work (probe, transcode, checks)."},
     "io": {"slots": 4, "description": "I/O-bound work (landing, shard writes)."},
@@ -143,9 +148,10 @@ class StepConfig(FrozenModel):
     queue: Slug | None = Field(
         default=None,
         description=(
-            "Celery queue of the step's tasks, i.e. which workers run them; unset: the queue named after its "
-            "pool. The deployment's workers serve default, cpu, io and db on CPU hosts and gpu on GPU hosts; "
-            "the LocalExecutor has no queues."
+            "Celery queue of the step's tasks, i.e. which workers run them; one of the queues the "
+            "deployment's workers serve (default, cpu, io and db on CPU hosts, gpu on GPU hosts). Unset: the "
+            "queue named after the step's pool when there is one, else default. The LocalExecutor has no "
+            "queues."
         ),
     )
     resources: Resources
@@ -154,10 +160,21 @@ class StepConfig(FrozenModel):
         default=3600.0, gt=0, description="Execution timeout of one task (and its Ray calls)."
     )
 
+    @field_validator("queue")
+    @classmethod
+    def _served_queue(cls, queue: str | None) -> str | None:
+        if queue is not None and queue not in SERVED_QUEUES:
+            # A task sent to a queue no worker serves waits in the queue until it times out, run after run.
+            raise ValueError(f"no worker serves queue {queue!r}; served queues: {', '.join(SERVED_QUEUES)}")
+        return queue
+
     @property
     def celery_queue(self) -> str:
-        """The queue the step's tasks are sent to: ``queue``, else the pool's name."""
-        return self.queue or self.pool
+        """The queue the step's tasks are sent to: ``queue``, else the pool's name if a worker serves a queue
+        of that name (a vendor's own pool, say ``bulk_io``, has none), else ``default``."""
+        if self.queue is not None:
+            return self.queue
+        return self.pool if self.pool in SERVED_QUEUES else DEFAULT_QUEUE
 
 
 #: Per-step defaults; a vendor file overrides any part (nested keys merge). The numbers:

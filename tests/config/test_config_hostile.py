@@ -386,3 +386,22 @@ def test_video_probe_limits_follow_the_vendor_thresholds(write_vendor, tiny: str
     text = tiny + "quality: {pre: {vfr_tolerance_fraction: 0.35, blank_luma_stddev_max: 2.5}}\n"
     limits = probe_limits(load_vendor(write_vendor(text)))
     assert (limits.vfr_tolerance, limits.blank_luma_std_max) == (0.35, 2.5)
+
+
+def test_a_queue_no_worker_serves_is_refused(write_vendor, tiny: str) -> None:
+    problems = problems_of(write_vendor(tiny + "steps: {annotate: {queue: tpu}}\n"))
+    assert (
+        "no worker serves queue 'tpu'; served queues: default, cpu, io, db, gpu"
+        in problems["steps.annotate.queue"]
+    )
+
+
+def test_a_step_on_a_vendors_own_pool_runs_on_the_default_queue(write_vendor, tiny: str) -> None:
+    text = (
+        tiny
+        + "pools: {bulk_io: {slots: 8}}\nsteps: {ingest: {pool: bulk_io}, shard: {pool: bulk_io, queue: io}}\n"
+    )
+    steps = load_vendor(write_vendor(text)).steps
+    assert (steps.ingest.pool, steps.ingest.celery_queue) == ("bulk_io", "default")
+    assert steps.shard.celery_queue == "io"
+    assert steps.transcode.celery_queue == "cpu"
