@@ -53,7 +53,8 @@ VERIFY_MODES: tuple[str, ...] = ("sample", "full")
 #: small enough that the few blocks in flight stay well under 100 MiB.
 BLOCK_BYTES = 8 << 20
 #: Blocks queued for the hashing (and, locally, the writing) thread before the copy waits for them: the
-#: local copy keeps one more block to fill meanwhile, so each concurrent lander holds 40 MiB of buffers.
+#: local copy keeps one more block to fill meanwhile, so each concurrent lander holds 41 MiB of buffers (five
+#: blocks and the verify's 1 MiB), kept for the next landing.
 MAX_BLOCKS_IN_FLIGHT = 4
 #: The first block of a local copy: hashing waits for it, so it is small (a multiple of VERIFY_PIECE_BYTES
 #: and of DIRECT_ALIGN, so that later blocks stay aligned to both).
@@ -78,18 +79,29 @@ class Copied:
     pieces: dict[int, tuple[int, int]] = field(default_factory=dict)  # offset -> (length, crc32c)
 
 
-def stage_local(
-    src_fs: fsspec.AbstractFileSystem, src_path: str, staging: str, size: int, *, verify: Verify
-) -> Copied:
-    """Copy into ``staging`` around the page cache, fsync it, re-read the verify's pieces from the device."""
-    rng = random.Random(os.urandom(16))  # a fresh sample per landing: no region goes unchecked for good
+def verify_offsets(size: int, verify: Verify, rng: random.Random | None = None) -> set[int]:
+    """Offsets of the ``VERIFY_PIECE_BYTES`` pieces the verify re-reads: every piece (``full``), or the
+    first and the last MiB and each other piece with probability ``VERIFY_SAMPLE_PROBABILITY``."""
+    rng = rng or random.Random(
+        os.urandom(16)
+    )  # a fresh sample per landing: no region goes unchecked for good
     probability = 1.0 if verify == "full" else VERIFY_SAMPLE_PROBABILITY
     last_piece = max(size - 1, 0) // VERIFY_PIECE_BYTES * VERIFY_PIECE_BYTES
-    wanted = {0, last_piece} | {
+    # The piece holding the last byte can be a single byte long: the one before it is always checked too,
+    # so that the last MiB of the file always is.
+    always = {0, last_piece, max(last_piece - VERIFY_PIECE_BYTES, 0)}
+    return always | {
         offset
         for offset in range(VERIFY_PIECE_BYTES, last_piece, VERIFY_PIECE_BYTES)
         if rng.random() < probability
     }
+
+
+def stage_local(
+    src_fs: fsspec.AbstractFileSystem, src_path: str, staging: str, size: int, *, verify: Verify
+) -> Copied:
+    """Copy into ``staging`` around the page cache, fsync it, re-read the verify's pieces from the device."""
+    wanted = verify_offsets(size, verify)
     digest = hashlib.sha256()
     with (
         _BUFFERS.ring() as (ring, verify_buf),
@@ -144,6 +156,12 @@ class _BufferPool:
     def __init__(self) -> None:
         self._free: list[tuple[list[mmap.mmap], mmap.mmap]] = []
         self._lock = threading.Lock()
+        # A forked child must not fill its parent's rings (nor inherit a lock held by a thread it lacks).
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._free = []
+        self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def ring(self) -> Iterator[tuple[list[mmap.mmap], mmap.mmap]]:
@@ -151,13 +169,19 @@ class _BufferPool:
         with self._lock:
             buffers = self._free.pop() if self._free else None
         if buffers is None:  # one set per concurrent lander, kept for the next one
-            ring = [mmap.mmap(-1, BLOCK_BYTES) for _ in range(MAX_BLOCKS_IN_FLIGHT + 1)]
-            buffers = (ring, mmap.mmap(-1, VERIFY_PIECE_BYTES))
+            ring = [_private_buffer(BLOCK_BYTES) for _ in range(MAX_BLOCKS_IN_FLIGHT + 1)]
+            buffers = (ring, _private_buffer(VERIFY_PIECE_BYTES))
         try:
             yield buffers
         finally:
             with self._lock:
                 self._free.append(buffers)
+
+
+def _private_buffer(size: int) -> mmap.mmap:
+    """Page-aligned anonymous memory private to this process (``mmap(-1, n)`` alone is MAP_SHARED: a forked
+    child writing it would change the parent's bytes)."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 _BUFFERS = _BufferPool()

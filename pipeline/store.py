@@ -220,6 +220,9 @@ class Store:
 
 def _source_state(src_fs: fsspec.AbstractFileSystem, src_path: str) -> dict[str, Any]:
     """What tells a changed source from an unchanged one: its size and whichever version marks fsspec gives."""
+    # Remote filesystems answer info() from their listing cache: the listing discovery made would hide a
+    # replaced object. Ask the source itself each time.
+    src_fs.invalidate_cache(src_path)
     info = src_fs.info(src_path)
     marks = ("size", "mtime", "ino", "LastModified", "ETag", "generation", "version_id")
     return {key: info[key] for key in marks if info.get(key) is not None} | {"size": int(info["size"])}

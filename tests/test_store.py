@@ -187,3 +187,42 @@ def test_sweep_staging_removes_only_old_abandoned_files(tmp_path: Path) -> None:
     assert store.local_raw_path(landed.sha256).read_bytes() == b"kept"
     with pytest.raises(StoreError, match="older_than_s=-1"):
         store.sweep_staging(older_than_s=-1)
+
+
+def test_the_sampled_verify_always_reads_the_first_and_last_mib() -> None:
+    import random
+
+    from pipeline.staging import verify_offsets
+
+    mib = VERIFY_PIECE_BYTES
+    size = 10 * mib + 1  # the piece holding the last byte is one byte long
+    never = random.Random(0)
+    never.random = lambda: 1.0  # type: ignore[method-assign]  # a draw that samples nothing
+    assert verify_offsets(size, "sample", never) == {0, 9 * mib, 10 * mib}
+    assert verify_offsets(size, "full") == {k * mib for k in range(11)}
+    assert verify_offsets(1, "sample") == {0}
+    sampled = [len(verify_offsets(1024 * mib, "sample", random.Random(seed))) for seed in range(20)]
+    assert 40 < sum(sampled) / len(sampled) < 90  # ~1/16 of 1,021 middle pieces, plus the three
+
+
+def test_a_forked_child_starts_with_its_own_landing_buffers(tmp_path: Path) -> None:
+    """The pool's rings are private memory and a forked child forgets them: two processes never fill one."""
+    import os
+
+    import fsspec
+
+    from pipeline.staging import _BUFFERS
+
+    source = tmp_path / "src.bin"
+    source.write_bytes(os.urandom(3 * VERIFY_PIECE_BYTES))
+    Store(tmp_path / "store").land(fsspec.filesystem("file"), str(source))
+    assert _BUFFERS._free  # the parent keeps its rings for the next landing
+    ring, _ = _BUFFERS._free[0]
+    ring[0][:4] = b"PARE"
+    pid = os.fork()
+    if pid == 0:  # the child: no inherited rings, and its writes stay its own
+        ring[0][:4] = b"CHLD"
+        os._exit(0 if not _BUFFERS._free else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ring[0][:4] == b"PARE"
