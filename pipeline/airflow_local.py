@@ -117,9 +117,11 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "SLUICE_PROJECT_DIR": str(settings.project_dir_abs),
         "SLUICE_VENDORS_DIR": str(vendors_folder(settings)),
     }
-    for name in ("database_url", "store_url", "ray_address"):
-        value = getattr(settings, name)
-        if value:
+    # Every other setting that is not at its default, so that no new setting is silently dropped.
+    for name, value in settings.model_dump(
+        exclude_defaults=True, exclude={"home", "project_dir", "vendors_dir"}
+    ).items():
+        if value is not None:
             env[f"SLUICE_{name.upper()}"] = str(value)
     return env
 

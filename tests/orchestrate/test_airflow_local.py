@@ -87,3 +87,12 @@ def test_services_get_this_airflow_and_these_settings_only(
     assert env["SLUICE_DATABASE_URL"] == "postgresql://x/y"
     assert env["SLUICE_VENDORS_DIR"] == str(tmp_path / "dags" / "vendors")
     assert env.get("SLUICE_STORE_URL") == settings_env(settings).get("SLUICE_STORE_URL")
+
+
+def test_every_setting_off_its_default_reaches_the_services(tmp_path: Path) -> None:
+    settings = load_settings(
+        home=tmp_path / "home", project_dir=tmp_path, store_verify="full", staging_max_age_s=60
+    )
+    env = LocalAirflow.from_settings(settings).env()
+    assert (env["SLUICE_STORE_VERIFY"], env["SLUICE_STAGING_MAX_AGE_S"]) == ("full", "60.0")
+    assert "SLUICE_RAY_ADDRESS" not in env  # defaults stay unset
