@@ -34,7 +34,7 @@ from pipeline.enums import Split
 from pipeline.manifest.cache import DEFAULT_LOCK_TIMEOUT_S, fetch
 from pipeline.manifest.errors import ManifestArgumentError, ManifestSchemaError
 from pipeline.manifest.format import IPC_BATCH_ROWS_KEY, SPLIT, validate_schema
-from pipeline.manifest.splits import SPLIT_ROWS_KEY, decode_split_ranges, split_ranges
+from pipeline.manifest.splits import SPLIT_ROWS_KEY, decode_split_ranges, split_range
 
 log = logging.getLogger(__name__)
 
@@ -295,8 +295,8 @@ def _split_range(rows: _FileRows, split: str, uri: str, trust_recorded: bool) ->
         if ranges is not None:
             return (*ranges.get(split, (0, 0)), True)
         log.warning("%s: unreadable split ranges %r; scanning the split column", uri, recorded[:200])
-    ranges = split_ranges(rows.split_chunks())
-    if ranges is None:
+    found = split_range(rows.split_chunks(), split)
+    if found is None:
         raise ManifestSchemaError(
             uri,
             [
@@ -307,7 +307,7 @@ def _split_range(rows: _FileRows, split: str, uri: str, trust_recorded: bool) ->
                 )
             ],
         )
-    return (*ranges.get(split, (0, 0)), False)
+    return (*found, False)
 
 
 def _holds_exactly(rows: _FileRows, table: pa.Table, split: str, lo: int, hi: int) -> bool:

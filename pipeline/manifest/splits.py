@@ -66,6 +66,31 @@ def split_ranges(chunks: Iterable[pa.Array]) -> SplitRanges | None:
     return found
 
 
+def split_range(chunks: Iterable[pa.Array], split: str) -> tuple[int, int] | None:
+    """The rows ``[start, stop)`` of one ``split`` over the concatenated ``chunks`` of a ``split`` column:
+    ``(0, 0)`` when it has no rows, None when its rows are not one range. Other splits may be in pieces."""
+    found: tuple[int, int] | None = None
+    offset = 0
+    for chunk in chunks:
+        if len(chunk) == 0:
+            continue
+        encoded = pc.run_end_encode(chunk)
+        # numpy, not pc.equal with a Python scalar: making an Arrow scalar imports pandas (a second or more)
+        values = encoded.values.to_numpy(zero_copy_only=False)
+        ends = encoded.run_ends.to_numpy()
+        for k in (values == split).nonzero()[0]:
+            start = offset + (int(ends[k - 1]) if k else 0)
+            stop = offset + int(ends[k])
+            if found is None:
+                found = (start, stop)
+            elif found[1] == start:  # the same run, continued in the next chunk
+                found = (found[0], stop)
+            else:
+                return None
+        offset += len(chunk)
+    return found or (0, 0)
+
+
 def encode_split_ranges(ranges: SplitRanges) -> bytes:
     """The metadata value for ``ranges``: compact, key-sorted JSON (the same ranges give the same bytes)."""
     return json.dumps(

@@ -228,3 +228,21 @@ def test_opening_a_split_does_not_import_pandas(manifest_table: MakeTable, tmp_p
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.split() == ["30", "False"]
+
+
+def test_a_contiguous_split_opens_when_the_other_splits_are_in_pieces(
+    manifest_table: MakeTable, tmp_path: Path
+) -> None:
+    """train first and whole, then val and eval interleaved: train opens by split, val is refused."""
+    table = ordered(manifest_table(60), keep=("train",))
+    tail = ordered(manifest_table(60), keep=("val", "eval"))
+    tail = tail.take(pc.sort_indices(tail, sort_keys=[("episode_id", "ascending")]))  # val, eval, val, ...
+    mixed = pa.concat_tables([table, tail.cast(table.schema)])
+    path = hand_written(mixed, tmp_path / "mixed.arrow", batch_rows=16)
+    shares = [
+        open_manifest(path, rank=r, world_size=3, cache_dir=tmp_path / "c", split="train") for r in range(3)
+    ]
+    assert sum(s.rows for s in shares) == table.num_rows
+    assert {v for s in shares for v in s.table.column(mf.SPLIT).to_pylist()} == {"train"}
+    with pytest.raises(ManifestSchemaError, match="split 'val' are not one contiguous range"):
+        open_manifest(path, rank=0, world_size=1, cache_dir=tmp_path / "c", split="val")
