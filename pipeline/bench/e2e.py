@@ -307,6 +307,20 @@ class SampleLoader:
         self._readers: list[Any] = []
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loader")
+        self._workers = workers
+
+    def open_readers(self) -> None:
+        """Open every episode's reader on every worker thread (what a training job's loader does before its
+        first step), so that the steps measure reading samples, not opening files."""
+        together = threading.Barrier(self._workers)
+
+        def open_all() -> None:
+            together.wait()  # one task per thread: each waits until every thread holds one
+            for index in range(len(self.episodes)):
+                self._reader(index)
+
+        for future in [self._pool.submit(open_all) for _ in range(self._workers)]:
+            future.result()
 
     def __iter__(self) -> Iterator[list[Any]]:
         pending: deque[list[Future[Any]]] = deque()
@@ -359,8 +373,9 @@ def _loop(
 ) -> dict[str, Any]:
     """A training loop of ``steps`` steps: wait for a batch, then compute for ``step_ms``."""
     loader = SampleLoader(episodes, batch_size, workers=workers, prefetch=prefetch, seed=SEED)
+    loader.open_readers()
     batches = iter(loader)
-    next(batches)  # warm-up: readers opened, decoders made (time to first batch is measured apart)
+    next(batches)  # warm-up: decoders made (time to first batch is measured apart)
     waits, batch_times = [], []
     started = time.perf_counter()
     try:
