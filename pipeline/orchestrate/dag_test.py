@@ -73,7 +73,17 @@ def run_dag(
     log_dir = airflow.home / "logs" / "dags-test"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{dag_id}-{started_at:%Y%m%dT%H%M%S.%fZ}.log"
-    command = [str(airflow.airflow_bin), "dags", "test", dag_id, "--conf", json.dumps(dict(conf or {}))]
+    # An explicit logical date names this run among any others of the DAG (a scheduler may be running too).
+    logical_date = started_at.isoformat(timespec="microseconds")
+    command = [
+        str(airflow.airflow_bin),
+        "dags",
+        "test",
+        dag_id,
+        logical_date,
+        "--conf",
+        json.dumps(dict(conf or {})),
+    ]
     started = time.perf_counter()
     with log_path.open("wb") as out:
         try:
@@ -92,7 +102,7 @@ def run_dag(
                 f"`airflow dags test {dag_id}` did not finish in {timeout_s:g} s; see {log_path}"
             ) from exc
     seconds = time.perf_counter() - started
-    run = _latest_run(airflow, dag_id, since=started_at)
+    run = _run_of(airflow, dag_id, logical_date=started_at)
     if run is None:
         tail = "\n".join(log_path.read_text(errors="replace").strip().splitlines()[-15:])
         raise AirflowLocalError(
@@ -105,22 +115,24 @@ def run_dag(
     return DagTestRun(dag_id, run_id, state, seconds, log_path, task_instances)
 
 
-def _latest_run(airflow: LocalAirflow, dag_id: str, *, since: datetime) -> tuple[str, str] | None:
-    """(run id, state) of the newest run of ``dag_id`` created at or after ``since``."""
+def _run_of(airflow: LocalAirflow, dag_id: str, *, logical_date: datetime) -> tuple[str, str] | None:
+    """(run id, state) of the run of ``dag_id`` at ``logical_date``, if ``airflow dags test`` made one."""
     from sqlalchemy import create_engine, text
 
     engine = create_engine(airflow.metadata_url)
     try:
         with engine.connect() as conn:
             rows = conn.execute(
-                text("SELECT run_id, state, start_date FROM dag_run WHERE dag_id = :dag_id ORDER BY id DESC"),
+                text(
+                    "SELECT run_id, state, logical_date FROM dag_run WHERE dag_id = :dag_id ORDER BY id DESC"
+                ),
                 {"dag_id": dag_id},
             ).all()
     finally:
         engine.dispose()
-    for run_id, state, start_date in rows:
-        start = _as_utc(start_date)
-        if start is not None and start >= since.replace(microsecond=0):
+    for run_id, state, when in rows:
+        recorded = _as_utc(when)
+        if recorded is not None and abs((recorded - logical_date).total_seconds()) < 1e-3:
             return str(run_id), str(state)
     return None
 

@@ -74,7 +74,7 @@ def decode_units(units: Sequence[bytes], *, what: str) -> Iterator[av.VideoFrame
     A unit the decoder refuses raises :class:`TranscodeInputError` (``decode_error``).
     """
     decoder = av.CodecContext.create("h264", "r")
-    decoder.thread_count = 1  # one process per camera: threads would only compete with the other encodes
+    decoder.thread_count = 1  # every core already runs a camera's encode: decoder threads would only compete
     for index, data in enumerate(units):
         packet = av.Packet(data)
         packet.pts = index
