@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 #: First key of the per-fingerprint advisory lock: two workers gating re-chunked copies of the same
 #: messages at once must see each other's fingerprint, so they decide one after the other.
 FINGERPRINT_LOCK_NAMESPACE = 0x5F19E
+#: First key of the per-vendor calibration lock: two workers loading one vendor's sidecar at once would
+#: upsert the same rows in one transaction each, and concurrent speculative inserts under the calibrations'
+#: unique key and overlap exclusion constraint can deadlock; they load one after the other instead.
+CALIBRATION_LOCK_NAMESPACE = 0x5CA1B
 #: The calibration sidecar is read whole; a fleet's calibrations are kilobytes, so 16 MiB means a wrong file.
 MAX_SIDECAR_BYTES = 16 << 20
 #: Payload fields tried for a hardware stamp when the contract names none.
@@ -95,6 +99,7 @@ class QualityPreStep(Step):
         flagged ``no_calibration`` one by one, which is where a vendor sees the problem.
         """
         import fsspec
+        from sqlalchemy import func, select
 
         from pipeline.catalog import make_session_factory, session_scope
         from pipeline.catalog.errors import CatalogConflictError, CatalogValueError
@@ -123,6 +128,7 @@ class QualityPreStep(Step):
             return 0
         taken = 0
         with session_scope(make_session_factory(self.ctx.engine)) as session:
+            session.execute(select(func.pg_advisory_xact_lock(CALIBRATION_LOCK_NAMESPACE, self.vendor_id)))
             for entry in entries:
                 try:
                     upsert_calibration(
