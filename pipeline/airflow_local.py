@@ -265,21 +265,22 @@ class LocalAirflow:
 
     # -- the airflow command ------------------------------------------------------------------------------
 
-    def cli(self, *args: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-        """Run ``airflow ARGS`` against this installation; a non-zero exit raises with its output."""
+    def run(
+        self, args: Sequence[str], *, timeout_s: float, **options: Any
+    ) -> subprocess.CompletedProcess[Any]:
+        """Run ``airflow ARGS`` against this installation (``options`` go to :func:`subprocess.run`: where
+        the output goes); returns whatever it exited with, raises only when it outlives ``timeout_s``."""
         command = [str(self.airflow_bin), *args]
         try:
-            done = subprocess.run(
-                command,
-                env=self.env(),
-                cwd=self.project_dir,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
+            return subprocess.run(
+                command, env=self.env(), cwd=self.project_dir, timeout=timeout_s, check=False, **options
             )
         except subprocess.TimeoutExpired as exc:
             raise AirflowLocalError(f"`airflow {' '.join(args)}` did not finish in {timeout_s:g} s") from exc
+
+    def cli(self, *args: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        """Run ``airflow ARGS`` against this installation; a non-zero exit raises with its output."""
+        done = self.run(args, timeout_s=timeout_s, capture_output=True, text=True)
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
             raise AirflowLocalError(f"`airflow {' '.join(args)}` exited {done.returncode}:\n{tail}")

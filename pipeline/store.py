@@ -161,7 +161,7 @@ class Store:
             except FileExistsError:
                 return False
             os.chmod(final, 0o444)  # raw objects are read-only on disk as well as by contract
-            _fsync_dir(os.path.dirname(final))
+            fsync_path(os.path.dirname(final))
             return True
         # Object stores: check, then move. Two racing landers write identical bytes under the same key, so
         # the loser's overwrite changes nothing; a store with conditional puts can make this strict.
@@ -239,7 +239,8 @@ def _modified_s(info: dict[str, Any]) -> float | None:
     return None
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """Make a file's bytes, or the renames and links inside a folder, durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

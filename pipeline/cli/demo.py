@@ -7,7 +7,8 @@
 5. run each vendor's DAG from ``dags/`` once through ``airflow dags test`` (no scheduler, so no services to
    start or stop), with annotate and shard switched on in the run's conf: discover, plan, ingest, pre-gate,
    transcode, post-gate, annotate, shard, warehouse sync;
-6. build a versioned dataset from the warehouse and load its manifest as training rank 0 of 2 would;
+6. build a versioned dataset from the warehouse (the runs' warehouse_sync tasks brought it up to date) and
+   load its manifest as training rank 0 of 2 would;
 7. print what ended where: the runs, the states per vendor and why each quarantined file was held back.
 """
 
@@ -144,12 +145,8 @@ def _dataset(settings: Any) -> None:
     from pipeline.datasets import build, load_spec
     from pipeline.manifest.loader import open_manifest
     from pipeline.steps.runner import build_context
-    from pipeline.warehouse import sync
 
-    ctx = build_context(settings)
-    # The last DAG run synced the warehouse; syncing again is cheap and makes this step stand on its own.
-    report = sync(ctx.engine, settings.warehouse_path)
-    console.print(f"[green]✓[/] warehouse synced into {settings.warehouse_path} ({report.rows_moved} rows)")
+    ctx = build_context(settings)  # the DAG runs' warehouse_sync tasks brought the warehouse up to date
     spec = load_spec(settings.project_dir_abs / "dags" / "datasets" / "demo_accepted.yaml")
     version = build(spec, engine=ctx.engine, warehouse_path=settings.warehouse_path, store=ctx.store)
     console.print(

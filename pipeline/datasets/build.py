@@ -63,10 +63,9 @@ from pipeline.manifest.format import (
     IPC_FILE_NAME,
     PARQUET_FILE_NAME,
     ManifestFiles,
-    fsync_dir,
     write_manifest,
 )
-from pipeline.store import MANIFESTS, TMP, Store
+from pipeline.store import MANIFESTS, TMP, Store, fsync_path
 from pipeline.version import code_version
 from pipeline.warehouse.connection import WarehouseLimits, open_warehouse
 
@@ -156,7 +155,7 @@ def _publish(store: Store, staging: Path, key: str) -> tuple[str, str]:
                 log.warning("replacing unrecorded leftover manifest folder %s", target)
                 shutil.rmtree(target)
             os.rename(staging, target)
-            fsync_dir(target.parent)
+            fsync_path(target.parent)
         else:
             if store.fs.exists(final):
                 log.warning("replacing unrecorded leftover manifest folder %s", final)

@@ -29,7 +29,7 @@ from filelock import Timeout as FileLockTimeout
 
 from pipeline.errors import SluiceError
 from pipeline.manifest.errors import CacheLockTimeoutError, ManifestFetchError, ManifestIntegrityError
-from pipeline.manifest.format import fsync_dir
+from pipeline.store import fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def _download(
             f.flush()
             os.fsync(f.fileno())
         os.replace(record_tmp, record_path)
-        fsync_dir(data_path.parent)
+        fsync_path(data_path.parent)
     except SluiceError:
         raise
     except (FileNotFoundError, PermissionError) as exc:

@@ -35,6 +35,7 @@ from pipeline.enums import Split
 from pipeline.errors import StoreError
 from pipeline.manifest.errors import ManifestSchemaError
 from pipeline.manifest.splits import SPLIT_ROWS_KEY, encode_split_ranges, split_ranges
+from pipeline.store import fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -363,18 +364,9 @@ def _publish(final: Path, write: Callable[[Path], None]) -> tuple[Path, str, int
             digest = hashlib.file_digest(f, "sha256").hexdigest()
         size = tmp.stat().st_size
         os.replace(tmp, final)
-        fsync_dir(final.parent)
+        fsync_path(final.parent)
     except OSError as exc:
         raise StoreError(f"cannot write manifest file {final}: {exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
     return final, digest, size
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -76,7 +76,6 @@ def run_dag(
     # An explicit logical date names this run among any others of the DAG (a scheduler may be running too).
     logical_date = started_at.isoformat(timespec="microseconds")
     command = [
-        str(airflow.airflow_bin),
         "dags",
         "test",
         dag_id,
@@ -87,20 +86,11 @@ def run_dag(
     started = time.perf_counter()
     with log_path.open("wb") as out:
         try:
-            done = subprocess.run(
-                command,
-                env=airflow.env(),
-                cwd=airflow.project_dir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                timeout=timeout_s,
-                check=False,
+            done = airflow.run(
+                command, timeout_s=timeout_s, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        except subprocess.TimeoutExpired as exc:
-            raise AirflowLocalError(
-                f"`airflow dags test {dag_id}` did not finish in {timeout_s:g} s; see {log_path}"
-            ) from exc
+        except AirflowLocalError as exc:
+            raise AirflowLocalError(f"{exc}; see {log_path}") from exc
     seconds = time.perf_counter() - started
     run = _run_of(airflow, dag_id, logical_date=started_at)
     if run is None:

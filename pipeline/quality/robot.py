@@ -22,7 +22,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.enums import CheckStatus, ReasonCode
-from pipeline.quality.suite import CheckOutcome, Expect, failed_outcome, finding_outcomes, run_suite
+from pipeline.quality.suite import (
+    CheckOutcome,
+    Expect,
+    duration_bounds,
+    failed_outcome,
+    finding_outcomes,
+    run_suite,
+)
 from pipeline.quality.timing import (
     CLOCK_JUMP_MIN_PERIODS,
     jump_limits_ns,
@@ -347,17 +354,7 @@ def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
             R.MISSING_METADATA,
             explain=lambda f, labels: "no session_id in the 'episode' metadata record",
         ),
-        Expect(
-            "duration_bounds",
-            "episode",
-            "ExpectColumnValuesToBeBetween",
-            {"column": "duration_s", "min_value": pre.min_duration_s, "max_value": pre.max_duration_s},
-            R.DURATION_OUT_OF_BOUNDS,
-            explain=lambda f, labels: (
-                f"duration {f['duration_s'].iloc[0]:.3f} s; allowed "
-                f"{pre.min_duration_s:g}..{pre.max_duration_s:g} s"
-            ),
-        ),
+        duration_bounds(pre),
     ]
     required = sorted(spec.topic for spec in contract.all_topics() if spec.required)
     if required:

@@ -21,6 +21,8 @@ from pipeline.enums import REASON_SEVERITY, CheckStatus, FileState, ReasonCode, 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pipeline.config import QualityPre
+
 log = logging.getLogger(__name__)
 
 #: The tables every suite validates; one GX asset each.
@@ -69,6 +71,21 @@ class Expect:
     reason: ReasonCode
     explain: Explain | None = None  # default: the column, the offending values and rows, and the bounds
     severity: Severity | None = None  # default: REASON_SEVERITY[reason]
+
+
+def duration_bounds(pre: QualityPre) -> Expect:
+    """The episode's (or clip's) duration within the vendor's bounds: the same check for logs and videos."""
+    return Expect(
+        "duration_bounds",
+        "episode",
+        "ExpectColumnValuesToBeBetween",
+        {"column": "duration_s", "min_value": pre.min_duration_s, "max_value": pre.max_duration_s},
+        ReasonCode.DURATION_OUT_OF_BOUNDS,
+        explain=lambda f, labels: (
+            f"duration {f['duration_s'].iloc[0]:.3f} s; allowed "
+            f"{pre.min_duration_s:g}..{pre.max_duration_s:g} s"
+        ),
+    )
 
 
 def decide(outcomes: Iterable[CheckOutcome]) -> Verdict:

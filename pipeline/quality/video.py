@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeline.enums import ReasonCode, Severity
-from pipeline.quality.suite import CheckOutcome, Expect, finding_outcomes, run_suite
+from pipeline.quality.suite import CheckOutcome, Expect, duration_bounds, finding_outcomes, run_suite
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -111,17 +111,7 @@ def video_expectations(vendor: VendorConfig) -> list[Expect]:
                 f"{f['decoded_frames'].iloc[0]} frames decoded, at least {pre.min_frames} required"
             ),
         ),
-        Expect(
-            "duration_bounds",
-            "episode",
-            "ExpectColumnValuesToBeBetween",
-            {"column": "duration_s", "min_value": pre.min_duration_s, "max_value": pre.max_duration_s},
-            R.DURATION_OUT_OF_BOUNDS,
-            explain=lambda f, labels: (
-                f"duration {f['duration_s'].iloc[0]:.3f} s; allowed "
-                f"{pre.min_duration_s:g}..{pre.max_duration_s:g} s"
-            ),
-        ),
+        duration_bounds(pre),
     ]
     if video is None:
         return out

@@ -29,6 +29,7 @@ from pipeline.errors import StoreError
 from pipeline.shard.errors import ShardInputError, ShardVerifyError
 from pipeline.shard.format import SAMPLE_JSON, SHARD_PATTERN, TAR_BLOCK, member_bytes, sample_key, shard_dir
 from pipeline.shard.verify import Member, ShardIndex, index_path, verify_file
+from pipeline.store import fsync_path
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -227,6 +228,25 @@ def _write_one(
 ) -> ShardInfo:
     final = store.path(key)
     n_episodes = len({s.episode_id for s in samples})
+
+    def recorded_as(record: ShardIndex, *, written: bool) -> ShardInfo:
+        ids = _record(
+            engine, store, key, record, split, index, samples, lineage, config_hash, code_version,
+            dataset_version_id, step,
+        )  # fmt: skip
+        return ShardInfo(
+            split,
+            index,
+            key,
+            store.url(key),
+            record.sha256,
+            record.size_bytes,
+            record.n_samples,
+            record.n_episodes,
+            *ids,
+            written=written,
+        )
+
     if recorded is not None:
         existing = _read_index(store, final)
         if existing is not None:
@@ -234,32 +254,7 @@ def _write_one(
                 store.fs, final, existing, expected_sha256=recorded[0], expected_size_bytes=recorded[1]
             )
             if check.ok:
-                ids = _record(
-                    engine,
-                    store,
-                    key,
-                    existing,
-                    split,
-                    index,
-                    samples,
-                    lineage,
-                    config_hash,
-                    code_version,
-                    dataset_version_id,
-                    step,
-                )
-                return ShardInfo(
-                    split,
-                    index,
-                    key,
-                    store.url(key),
-                    existing.sha256,
-                    existing.size_bytes,
-                    existing.n_samples,
-                    existing.n_episodes,
-                    *ids,
-                    written=False,
-                )
+                return recorded_as(existing, written=False)
         log.warning("recorded shard %s is missing or damaged; writing it again", store.url(key))
     staging = store.path(f"tmp/{uuid.uuid4().hex}.tar.part")
     try:
@@ -278,32 +273,7 @@ def _write_one(
     finally:
         if store.fs.exists(staging):
             store.fs.rm(staging)
-    ids = _record(
-        engine,
-        store,
-        key,
-        index_record,
-        split,
-        index,
-        samples,
-        lineage,
-        config_hash,
-        code_version,
-        dataset_version_id,
-        step,
-    )
-    return ShardInfo(
-        split,
-        index,
-        key,
-        store.url(key),
-        index_record.sha256,
-        index_record.size_bytes,
-        index_record.n_samples,
-        n_episodes,
-        *ids,
-        written=True,
-    )
+    return recorded_as(index_record, written=True)
 
 
 class _HashingWriter(io.RawIOBase):
@@ -416,7 +386,7 @@ def _publish_file(store: Store, staging: str, final: str) -> None:
     try:
         if store.local:
             os.replace(staging, final)
-            _fsync_dir(os.path.dirname(final))
+            fsync_path(os.path.dirname(final))
         else:
             store.fs.mv(staging, final)
     except OSError as exc:
@@ -436,14 +406,6 @@ def _publish_bytes(store: Store, final: str, data: bytes) -> None:
     except OSError as exc:
         raise StoreError(f"cannot stage {final}: {exc}") from exc
     _publish_file(store, staging, final)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _recorded_artifacts(engine: Engine, store: Store, base: str) -> dict[str, tuple[str, int]]:

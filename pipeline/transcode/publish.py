@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from pipeline.store import fsync_path
 from pipeline.transcode.errors import PublishError
 
 #: Read size for hashing outputs: large enough to amortise call overhead, small enough to stay cache-warm.
@@ -39,30 +40,14 @@ def staged(final: Path, staging_dir: Path | None = None) -> Iterator[Path]:
         raise
 
 
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def publish(staging: Path, final: Path) -> None:
     """Make ``staging`` durable and rename it to ``final`` (atomic; an identical earlier output is replaced
     by the same bytes, since outputs are deterministic)."""
     try:
-        fsync_file(staging)
+        fsync_path(staging)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging, final)
-        fsync_dir(final.parent)
+        fsync_path(final.parent)
     except OSError as exc:
         raise PublishError(str(final), str(exc)) from exc
 
