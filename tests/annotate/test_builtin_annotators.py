@@ -71,9 +71,10 @@ def test_phash_survives_reencoding_and_separates_content(tmp_path: Path) -> None
     luma = {k: _video(p).frames().luma for k, p in {"a": a, "s": smaller, "b": b}.items()}
     same = [hamming(phash(x), phash(y)) for x, y in zip(luma["a"], luma["s"], strict=True)]
     different = [hamming(phash(x), phash(y)) for x, y in zip(luma["a"], luma["b"], strict=True)]
-    # Frame by frame the synthetic scenes (which share the frame-code overlay) come as close as 6 bits, so
-    # grouping decides on most of a video's frames, not on one.
-    assert max(same) <= 4 and float(np.median(different)) >= 10
+    # Frame by frame the synthetic scenes (which share the frame-code overlay) come as close as 6 bits, and a
+    # re-encoded frame now and then drifts as far (a CI run saw 6 of 64 bits once; the encode is not
+    # byte-stable from run to run), so grouping decides on most of a video's frames, not on one.
+    assert float(np.median(same)) <= 2 and float(np.median(different)) >= 10
     params = DedupParams()
     hashes = {k: [phash(f) for f in v] for k, v in luma.items()}
     assert video_match(hashes["a"], hashes["s"], params)
