@@ -18,6 +18,9 @@ A sample is "2 s of state and actions plus 2 frames from each of 3 cameras at a 
   never on speed), and ``random_access_speedup`` = ms per requested frame of ``vla`` / that candidate's
   (the speedup at the profiles' defaults, the CPU-time speedup, the candidate's bytes ratio and PSNR gap
   are reported beside).
+* Entropy coder: ``vla`` and the matched random_access transcoded again with CAVLC instead of CABAC (the
+  same pictures): ``cavlc_decode_speedup_vla`` and ``cavlc_bytes_ratio_vla``, and
+  ``random_access_speedup_cavlc`` (both profiles with CAVLC).
 * Timing: the profiles are sampled in interleaved rounds (each round a slice of the sample times, the
   order rotated), medians of the rounds reported, CPU time beside wall time.
 * The layout runs read without decoding (bytes are the point); world_model is timed on fewer samples.
@@ -264,7 +267,10 @@ class _Profiles:
         frames = sum(c.frames for c in result.cameras)
         self.outputs[name] = out
         self.figures[name] = {
-            "settings": {k: getattr(options, k) for k in ("gop_frames", "bframes", "crf", "qp", "preset")},
+            "settings": {
+                k: getattr(options, k)
+                for k in ("gop_frames", "bframes", "crf", "qp", "preset", "entropy_coder")
+            },
             "bytes_per_frame": round(sum(c.size_bytes for c in result.cameras) / frames),
             "psnr_mean_db": round(float(np.mean([v["mean_db"] for v in psnr.values()])), 3),
             "psnr_min_db": round(min(v["min_db"] for v in psnr.values()), 3),
@@ -355,6 +361,16 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
                 )
                 candidates.append(profiles.match_quality(target_db, gop, start))
             matched = _pick_matched(profiles.figures, candidates, target_db)
+            # the entropy coder: vla and the matched random_access again with CAVLC (lossless: same
+            # pictures, so the same PSNR), to show what it does to decode time and bytes
+            profiles.make("vla_cavlc", TrainingProfile.VLA, entropy_coder="cavlc")
+            chosen = profiles.figures[matched]["settings"]
+            profiles.make(
+                f"{matched}_cavlc",
+                TrainingProfile.RANDOM_ACCESS,
+                entropy_coder="cavlc",
+                **{k: chosen[k] for k in ("gop_frames", "bframes", "qp")},
+            )
         phase("transcode_and_gate_s")
         vla = profiles.outputs["vla"]
         baseline = tmp / "default_layout.mcap"
@@ -366,7 +382,10 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
         phase("layout_samples_s")
         # world_model decodes ~30x more per frame: fewer samples give the same per-frame figures
         # timed: the three profiles at their defaults and the quality-matched random_access candidates
-        timed = {name: times for name in dict.fromkeys([p_.value for p_ in TrainingProfile] + candidates)}
+        cavlc = ["vla_cavlc", f"{matched}_cavlc"]
+        timed = {
+            name: times for name in dict.fromkeys([p_.value for p_ in TrainingProfile] + candidates + cavlc)
+        }
         timed["world_model"] = times[:: max(1, len(times) // p["world_model_samples"])]
         outputs = {name: profiles.outputs[name] for name in timed}
         for name, figures in _time_profiles(outputs, timed, p["rounds"]).items():
@@ -400,6 +419,16 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
             vla_ms / figures["random_access"]["ms_per_requested_frame"], 4
         ),
         "random_access_matched": matched,
+        # CAVLC against CABAC: vla's decode speedup and bytes ratio; random_access against vla, both CAVLC
+        "cavlc_decode_speedup_vla": round(vla_ms / figures["vla_cavlc"]["ms_per_requested_frame"], 4),
+        "cavlc_bytes_ratio_vla": round(
+            figures["vla_cavlc"]["bytes_per_frame"] / figures["vla"]["bytes_per_frame"], 4
+        ),
+        "random_access_speedup_cavlc": round(
+            figures["vla_cavlc"]["ms_per_requested_frame"]
+            / figures[f"{matched}_cavlc"]["ms_per_requested_frame"],
+            4,
+        ),
         "random_access_candidates": candidates,
         "sample": f"{WINDOW_S:g} s of state+actions, {FRAMES_PER_CAMERA} frames x 3 cameras "
         f"{FRAME_STRIDE_S:g} s apart",

@@ -24,6 +24,10 @@ class TrainingProfile(StrEnum):
     RANDOM_ACCESS = "random_access"  # closed GOPs of non-reference B-frames between two anchors (DDRA)
 
 
+#: H.264 entropy coding: CABAC (x264's default from veryfast up) or CAVLC, which decodes in about half the
+#: time at these bitrates for ~16% more bytes (docs/transcode.md).
+EntropyCoder = Literal["cabac", "cavlc"]
+
 X264Preset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
 ]
@@ -122,6 +126,11 @@ class TranscodeOptions(FrozenModel):
     qp: int | None = Field(default=None, ge=0, le=51, description="Constant quantiser; exclusive with crf.")
     # veryfast encodes ≈ 109 fps per core at 720p against 37 for medium (MEASURED.md).
     preset: X264Preset = Field(default="veryfast", description="x264 preset.")
+    # Entropy decoding is most of a 720p frame's decode time; CAVLC trades bytes for dataloader CPU.
+    entropy_coder: EntropyCoder = Field(
+        default="cabac",
+        description="cabac | cavlc: cavlc decodes ~2x faster for ~16% more bytes (sampling CPU vs storage).",
+    )
     # 1280x720: policy inputs are at most 720p and every measured number here is at 720p.
     max_pixels: int = Field(default=1280 * 720, ge=64 * 64, description="Frames above this are scaled down.")
     # 50 Hz is the action rate: state (200 Hz) is resampled onto the action grid, so one index serves both.

@@ -19,6 +19,7 @@ import numpy as np
 from pipeline.config import ClipOptions, QualityPost, TranscodeOptions
 from pipeline.enums import ReasonCode
 from pipeline.transcode.clips import Analysis, normalised_frames, read_manifest
+from pipeline.transcode.h264 import avcc_entropy_coders
 from pipeline.transcode.postgate import CheckOutcome, luma, psnr_db
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
 from pipeline.transcode.publish import sha256_file
@@ -49,6 +50,7 @@ def check_clips(
             with av.open(str(path)) as container:
                 stream = container.streams.video[0]
                 frames = list(container.decode(stream))
+                extradata = bytes(stream.codec_context.extradata or b"")
         except (av.FFmpegError, IndexError, OSError) as exc:
             problems.setdefault("decode", (ReasonCode.DECODE_ERROR, f"{name}: {exc}"))
             continue
@@ -63,8 +65,25 @@ def check_clips(
             "I" if f.key_frame else av.video.frame.PictureType(int(f.pict_type)).name for f in frames
         )
         expected = expected_letters(n, settings).upper()
-        observed["gop"][name] = {"keyframes": letters.count("I"), "gop_frames": settings.gop_frames}
-        if letters != expected:
+        try:
+            coders = avcc_entropy_coders(extradata)
+        except (ValueError, IndexError):
+            coders = set()
+        observed["gop"][name] = {
+            "keyframes": letters.count("I"),
+            "gop_frames": settings.gop_frames,
+            "entropy_coder": sorted(coders),
+        }
+        if coders != {settings.entropy_coder}:
+            problems.setdefault(
+                "gop",
+                (
+                    ReasonCode.GOP_MISMATCH,
+                    f"{name}: parameter sets say {sorted(coders) or 'nothing'}, "
+                    f"the profile asks for {settings.entropy_coder}",
+                ),
+            )
+        elif letters != expected:
             k = (
                 next(i for i, (a, b) in enumerate(zip(letters, expected, strict=False)) if a != b)
                 if len(letters) == len(expected)

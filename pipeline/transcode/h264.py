@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 NAL_SLICE = 1
 NAL_IDR = 5
+NAL_PPS = 8
 _VCL = (NAL_SLICE, NAL_IDR)
 #: slice_type % 5 -> picture type letter (SP and SI slices count as P and I).
 _SLICE_TYPES = {0: "P", 1: "B", 2: "I", 3: "P", 4: "I"}
@@ -82,6 +83,43 @@ def access_unit_info(data: bytes) -> AccessUnitInfo:
             reference=((header >> 5) & 0x3) != 0,
         )
     raise ValueError("access unit holds no slice NAL unit")
+
+
+def entropy_coders(data: bytes) -> set[str]:
+    """The entropy coder (``"cabac"`` or ``"cavlc"``) of every picture parameter set in an Annex B access
+    unit (empty when it carries none; x264 repeats them before each IDR)."""
+    coders = set()
+    for start, end in _nal_units(data):
+        if data[start] & 0x1F != NAL_PPS:
+            continue
+        # pic_parameter_set_id, seq_parameter_set_id, then entropy_coding_mode_flag
+        bits = _Bits(_unescape(data[start + 1 : min(end, start + 17)]))
+        bits.ue()
+        bits.ue()
+        coders.add("cabac" if bits.bit() else "cavlc")
+    return coders
+
+
+def avcc_entropy_coders(extradata: bytes) -> set[str]:
+    """:func:`entropy_coders` of the parameter sets in an MP4 stream's ``avcC`` record (ISO/IEC 14496-15:
+    a 5-byte header, the SPS count and SPSs, the PPS count and PPSs, each NAL unit after a 2-byte size).
+
+    Raises ``ValueError`` when ``extradata`` is not an ``avcC`` record.
+    """
+    if len(extradata) < 7 or extradata[0] != 1:
+        raise ValueError(
+            f"not an avcC record ({len(extradata)} bytes, version {extradata[:1].hex() or 'none'})"
+        )
+    pos = 5
+    units = []
+    for count_mask in (0x1F, 0xFF):  # SPSs, then PPSs
+        count = extradata[pos] & count_mask
+        pos += 1
+        for _ in range(count):
+            size = int.from_bytes(extradata[pos : pos + 2], "big")
+            units.append(b"\x00\x00\x01" + extradata[pos + 2 : pos + 2 + size])
+            pos += 2 + size
+    return entropy_coders(b"".join(units))
 
 
 def frame_letter(info: AccessUnitInfo) -> str:

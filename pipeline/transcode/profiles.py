@@ -33,6 +33,7 @@ class EncoderSettings:
     crf: int | None
     qp: int | None
     max_pixels: int
+    entropy_coder: str = "cabac"
 
     @classmethod
     def from_options(cls, options: TranscodeOptions) -> EncoderSettings:
@@ -44,6 +45,7 @@ class EncoderSettings:
             crf=options.crf,
             qp=options.qp,
             max_pixels=options.max_pixels,
+            entropy_coder=options.entropy_coder,
         )
 
     @property
@@ -59,6 +61,8 @@ class EncoderSettings:
             # sample reader rely on the fixed interval.
             "scenecut=0",
             f"bframes={self.bframes}",
+            # always explicit: presets differ (ultrafast turns CABAC off), the profile decides
+            f"cabac={int(self.entropy_coder == 'cabac')}",
         ]
         if self.decoupled:
             params += ["b-adapt=0", "b-pyramid=none", "ref=1", "weightb=0"]

@@ -18,6 +18,9 @@ READ_KEYS = (
     "decoded_frames_per_frame_vla",
     "decoded_frames_per_frame_world_model",
     "random_access_speedup",
+    "cavlc_decode_speedup_vla",
+    "cavlc_bytes_ratio_vla",
+    "random_access_speedup_cavlc",
 )
 
 
@@ -30,6 +33,13 @@ def test_read_bench_reports_every_headline_key() -> None:
     assert results["decoded_frames_per_frame_world_model"] > results["decoded_frames_per_frame_vla"]
     assert results["baseline_read_amplification"] > results["read_amplification"]
     assert all(p["post_gate_passed"] for p in results["profiles"].values())
+    profiles = results["profiles"]
+    matched = results["random_access_matched"]
+    for cabac, cavlc in (("vla", "vla_cavlc"), (matched, f"{matched}_cavlc")):
+        assert profiles[cavlc]["settings"]["entropy_coder"] == "cavlc"
+        # entropy coding is lossless: the same QP/CRF gives the same pictures, give or take x264's
+        # rate-distortion choices seeing other bit costs
+        assert abs(profiles[cavlc]["psnr_mean_db"] - profiles[cabac]["psnr_mean_db"]) < 0.3
 
 
 def test_transcode_bench_reports_its_ratio() -> None:

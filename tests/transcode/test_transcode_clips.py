@@ -142,6 +142,12 @@ def test_the_post_gate_passes_clean_clips_and_catches_a_wrong_gop(
     ).transcode
     outcomes = {o.name: o for o in check_clips(tmp_path, source, judged_as_gop_5, QualityPost())}
     assert outcomes["gop"].reason is ReasonCode.GOP_MISMATCH
+    judged_as_cavlc = vendor_with(
+        {"profile": "vla", "entropy_coder": "cavlc", "clips": CLIP_OPTIONS}, NORTHWIND
+    ).transcode
+    outcomes = {o.name: o for o in check_clips(tmp_path, source, judged_as_cavlc, QualityPost())}
+    assert outcomes["gop"].reason is ReasonCode.GOP_MISMATCH
+    assert "parameter sets say ['cabac']" in (outcomes["gop"].detail or "")
     (tmp_path / "clip_000.mp4").write_bytes(b"not a video")
     outcomes = {o.name: o for o in check_clips(tmp_path, source, options(), QualityPost())}
     assert outcomes["decode"].reason is ReasonCode.DECODE_ERROR

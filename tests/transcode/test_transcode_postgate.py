@@ -56,6 +56,26 @@ def test_b_frames_where_the_profile_has_none_are_caught(
     assert outcomes["gop"].reason is ReasonCode.GOP_MISMATCH
 
 
+@pytest.mark.parametrize("asked, written", [("cabac", "cavlc"), ("cavlc", "cabac")])
+def test_an_entropy_coder_other_than_the_profiles_is_caught(
+    asked: str, written: str, source_episode: Path, tmp_path: Path
+) -> None:
+    encoded = transcode_episode(
+        source_episode, tmp_path / "e.mcap", config_for("random_access", entropy_coder=written), PROVENANCE
+    )
+    right = by_name(
+        check_episode(encoded.path, source_episode, config_for("random_access", entropy_coder=written), POST)
+    )
+    assert right["gop"].passed and right["gop"].observed["cameras"]["front"]["entropy_coder"] == [written]
+    wrong = by_name(
+        check_episode(encoded.path, source_episode, config_for("random_access", entropy_coder=asked), POST)
+    )
+    assert wrong["gop"].reason is ReasonCode.GOP_MISMATCH
+    assert f"asks for {asked}" in (wrong["gop"].detail or "")
+    # entropy coding is lossless: the pictures (and so PSNR) are what the QP made them either way
+    assert wrong["psnr"].passed
+
+
 def test_dropped_frames_are_caught(
     transcoded: Callable[[str], TranscodeResult], source_episode: Path, tmp_path: Path
 ) -> None:
