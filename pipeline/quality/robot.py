@@ -18,7 +18,7 @@ messages.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.enums import CheckStatus, ReasonCode
@@ -201,6 +201,34 @@ def _rows(frame: pd.DataFrame, labels: Sequence[str], column: str, unit: str = "
     )
 
 
+def _no_problem(name: str, column: str, reason: ReasonCode) -> Expect:
+    """No topic has a problem in ``column`` (a description or null); the detail quotes the problems."""
+    return Expect(
+        name,
+        "streams",
+        "ExpectColumnValuesToBeNull",
+        {"column": column},
+        reason,
+        explain=lambda f, labels: "; ".join(
+            f"{label}: {f.set_index('topic').at[label, column]}" for label in labels[:5]
+        ),
+    )
+
+
+def _encoding_allowed(name: str, column: str, allowed: Iterable[str]) -> Expect:
+    """Every topic's encoding in ``column`` is one of ``allowed``."""
+    value_set = sorted(allowed)
+    what = column.replace("_", " ")  # "message encoding", "schema encoding"
+    return Expect(
+        name,
+        "streams",
+        "ExpectColumnValuesToBeInSet",
+        {"column": column, "value_set": value_set},
+        ReasonCode.UNSUPPORTED_ENCODING,
+        explain=lambda f, labels: f"{what} of {_rows(f, labels, column)}; allowed {value_set}",
+    )
+
+
 def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
     """The suites for this vendor, built from its thresholds and contract."""
     pre = vendor.quality.pre
@@ -209,16 +237,7 @@ def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
     robot = is_robot_contract(vendor)
     R = ReasonCode
     out = [
-        Expect(
-            "registry_encodings",
-            "streams",
-            "ExpectColumnValuesToBeNull",
-            {"column": "registry_problem"},
-            R.UNSUPPORTED_ENCODING,
-            explain=lambda f, labels: "; ".join(
-                f"{label}: {f.set_index('topic').at[label, 'registry_problem']}" for label in labels[:5]
-            ),
-        ),
+        _no_problem("registry_encodings", "registry_problem", R.UNSUPPORTED_ENCODING),
         Expect(
             "max_backward_steps",
             "streams",
@@ -265,32 +284,12 @@ def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
         ),
     ]
     if contract is not None and contract.message_encodings is not None:
-        allowed = sorted(contract.message_encodings)
         out.append(
-            Expect(
-                "allowed_message_encodings",
-                "streams",
-                "ExpectColumnValuesToBeInSet",
-                {"column": "message_encoding", "value_set": allowed},
-                R.UNSUPPORTED_ENCODING,
-                explain=lambda f, labels: (
-                    f"message encoding of {_rows(f, labels, 'message_encoding')}; allowed {allowed}"
-                ),
-            )
+            _encoding_allowed("allowed_message_encodings", "message_encoding", contract.message_encodings)
         )
     if contract is not None and contract.schema_encodings is not None:
-        allowed_schemas = sorted(contract.schema_encodings)
         out.append(
-            Expect(
-                "allowed_schema_encodings",
-                "streams",
-                "ExpectColumnValuesToBeInSet",
-                {"column": "schema_encoding", "value_set": allowed_schemas},
-                R.UNSUPPORTED_ENCODING,
-                explain=lambda f, labels: (
-                    f"schema encoding of {_rows(f, labels, 'schema_encoding')}; allowed {allowed_schemas}"
-                ),
-            )
+            _encoding_allowed("allowed_schema_encodings", "schema_encoding", contract.schema_encodings)
         )
     if not robot:
         return out
@@ -304,16 +303,7 @@ def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
             R.NO_MESSAGES,
             explain=lambda f, labels: "the log holds no messages",
         ),
-        Expect(
-            "topic_contract",
-            "streams",
-            "ExpectColumnValuesToBeNull",
-            {"column": "contract_problem"},
-            R.UNSUPPORTED_ENCODING,
-            explain=lambda f, labels: "; ".join(
-                f"{label}: {f.set_index('topic').at[label, 'contract_problem']}" for label in labels[:5]
-            ),
-        ),
+        _no_problem("topic_contract", "contract_problem", R.UNSUPPORTED_ENCODING),
         Expect(
             "max_gap_rate",
             "streams",

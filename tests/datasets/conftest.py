@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,24 +11,14 @@ from sqlalchemy.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "warehouse"))
 
-from synthetic_catalog import SyntheticCatalog
+# The catalog fixtures live beside the SyntheticCatalog they build, shared with tests/warehouse.
+from synthetic_catalog import catalog, catalog_engine
 
-from pipeline.catalog.engine import make_engine
 from pipeline.datasets import DatasetSpec, DatasetVersion, build
 from pipeline.store import Store
 from pipeline.warehouse import sync
 
-
-@pytest.fixture
-def catalog_engine(migrated_database_url: str) -> Iterator[Engine]:
-    engine = make_engine(migrated_database_url, pool_size=2)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def catalog(catalog_engine: Engine) -> SyntheticCatalog:
-    return SyntheticCatalog(catalog_engine)
+__all__ = ["build_now", "catalog", "catalog_engine", "store", "warehouse_path"]
 
 
 @pytest.fixture

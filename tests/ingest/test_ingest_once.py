@@ -26,6 +26,7 @@ from ingest_helpers import (
     vendor_config,
 )
 
+from pipeline.config import VendorConfig
 from pipeline.enums import TERMINAL_FILE_STATES, FileState
 from pipeline.steps.ingest import VERSION_MARK
 from pipeline.synth import expected_outcome
@@ -96,6 +97,15 @@ def _raw_listing(base: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in (base / "store" / "raw").iterdir()}
 
 
+def _acme_drop(
+    tmp_path: Path, robot_drop: tuple[Path, DropManifest]
+) -> tuple[Path, VendorConfig, DropManifest]:
+    """A writable copy of the robot drop under ``tmp_path``, the acme vendor reading it, and its manifest."""
+    template, manifest = robot_drop
+    root = copy_drop(template, tmp_path / "acme")
+    return root, vendor_config(ACME, root), manifest
+
+
 def _assert_one_row_per_input(
     url_engine: sa.Engine, manifest: DropManifest, extra: dict[str, FileState]
 ) -> None:
@@ -118,9 +128,7 @@ def _assert_one_row_per_input(
 def test_ingesting_the_same_drop_twice_adds_nothing(
     tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
 ) -> None:
-    template, manifest = robot_drop
-    root = copy_drop(template, tmp_path / "acme")
-    vendor = vendor_config(ACME, root)
+    _, vendor, manifest = _acme_drop(tmp_path, robot_drop)
     ctx = make_context(tmp_path, migrated_database_url)
     first = ingest_vendor(vendor, ctx, settle_s=0)
     counts, raw, rows = table_counts(ctx.engine), _raw_listing(tmp_path), episode_rows(ctx.engine)
@@ -141,9 +149,7 @@ def test_ingesting_the_same_drop_twice_adds_nothing(
 def test_two_concurrent_ingests_of_one_vendor_leave_no_duplicates(
     tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
 ) -> None:
-    template, manifest = robot_drop
-    root = copy_drop(template, tmp_path / "acme")
-    vendor = vendor_config(ACME, root)
+    root, vendor, manifest = _acme_drop(tmp_path, robot_drop)
     go = tmp_path / "go"
     children = [
         _child(_vendor_file(vendor.name, root), migrated_database_url, tmp_path, go, gate=True) for _ in "ab"
@@ -167,13 +173,11 @@ def test_two_concurrent_ingests_of_one_vendor_leave_no_duplicates(
 def test_kill_9_during_ingest_then_ingest_again(
     tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
 ) -> None:
-    template, manifest = robot_drop
-    root = copy_drop(template, tmp_path / "acme")
+    root, vendor, manifest = _acme_drop(tmp_path, robot_drop)
     big = root / "aaa-big.mcap"  # sorts first: the child is landing it when killed
     with open(big, "wb") as fh:
         for _ in range(24):
             fh.write(os.urandom(8 << 20))  # 192 MiB: landing takes long enough to be caught mid-copy
-    vendor = vendor_config(ACME, root)
     go = tmp_path / "go"
     go.touch()
     child = _child(_vendor_file(vendor.name, root), migrated_database_url, tmp_path, go, gate=False)
@@ -212,9 +216,7 @@ def test_kill_9_during_ingest_then_ingest_again(
 def test_a_changed_file_is_a_new_input_and_the_old_content_is_kept(
     tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
 ) -> None:
-    template, manifest = robot_drop
-    root = copy_drop(template, tmp_path / "acme")
-    vendor = vendor_config(ACME, root)
+    root, vendor, manifest = _acme_drop(tmp_path, robot_drop)
     ctx = make_context(tmp_path, migrated_database_url)
     ingest_vendor(vendor, ctx, settle_s=0)
     clean = manifest.by_defect(None)
@@ -237,10 +239,9 @@ def test_a_changed_file_is_a_new_input_and_the_old_content_is_kept(
 def test_a_bit_flipped_in_a_stored_object_is_found_by_scrub(
     tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
 ) -> None:
-    template, manifest = robot_drop
-    root = copy_drop(template, tmp_path / "acme")
+    _, vendor, manifest = _acme_drop(tmp_path, robot_drop)
     ctx = make_context(tmp_path, migrated_database_url)
-    ingest_vendor(vendor_config(ACME, root), ctx, settle_s=0, gate=False)
+    ingest_vendor(vendor, ctx, settle_s=0, gate=False)
     assert list(ctx.store.scrub(blobs(ctx.engine))) == []
     victim = manifest.by_defect(None)[0].sha256
     path = ctx.store.local_raw_path(victim)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pyarrow as pa
@@ -63,6 +64,11 @@ def _run_ranks(uri: str, world_size: int, cache_dir: Path) -> list[dict[str, obj
     return results
 
 
+def _open_whole(uri: str | Path, cache_dir: Path, **options: Any) -> Manifest:
+    """The whole manifest (every split, no sharding across ranks): ``open_manifest`` as the only rank."""
+    return open_manifest(uri, split=None, rank=0, world_size=1, cache_dir=cache_dir, **options)
+
+
 @pytest.fixture
 def written(manifest_table: MakeTable, tmp_path: Path) -> tuple[mf.ManifestFiles, pa.Table]:
     table = manifest_table(1000)
@@ -104,21 +110,14 @@ def test_remote_download_uses_ranged_parts_and_verifies_them(
     files, table = written
     monkeypatch.setattr(manifest_cache, "PART_BYTES", 4096)  # many parts from a small file
     http_store.serve(files.ipc_path)
-    m = open_manifest(
-        http_store.url,
-        split=None,
-        rank=0,
-        world_size=1,
-        cache_dir=tmp_path / "c",
-        expected_sha256=files.ipc_sha256,
-    )
+    m = _open_whole(http_store.url, tmp_path / "c", expected_sha256=files.ipc_sha256)
     ranges = [r for r, _ in http_store.served]
     assert len(ranges) == -(-files.ipc_size_bytes // 4096)
     assert all(r is not None for r in ranges)
     assert m.path.read_bytes() == files.ipc_path.read_bytes()
     assert m.table.column(mf.EPISODE_ID).equals(table.column(mf.EPISODE_ID))
     served_before = len(http_store.served)
-    again = open_manifest(http_store.url, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    again = _open_whole(http_store.url, tmp_path / "c")
     assert not again.downloaded and len(http_store.served) == served_before
 
 
@@ -132,7 +131,7 @@ def test_a_server_that_ignores_ranges_is_refused(
     monkeypatch.setattr(manifest_cache, "PART_BYTES", 4096)
     http_store.serve(files.ipc_path, honour_ranges=False)
     with pytest.raises(ManifestFetchError, match=r"bytes 0-4096 returned \d+ bytes, expected 4096"):
-        open_manifest(http_store.url, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+        _open_whole(http_store.url, tmp_path / "c")
     assert not list((tmp_path / "c").glob("*.arrow"))
 
 
@@ -177,15 +176,11 @@ def test_memory_mapped_rows_are_not_copied_into_the_process(
     manifest_table: MakeTable, tmp_path: Path
 ) -> None:
     files = mf.write_manifest(manifest_table(20_000), tmp_path / "store")
-    open_manifest(
-        files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c"
-    )  # fill the cache first
+    _open_whole(files.ipc_path, tmp_path / "c")  # fill the cache first
     before = pa.total_allocated_bytes()
-    mapped = open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    mapped = _open_whole(files.ipc_path, tmp_path / "c")
     mapped_bytes = pa.total_allocated_bytes() - before
-    in_memory = open_manifest(
-        files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c", memory_map=False
-    )
+    in_memory = _open_whole(files.ipc_path, tmp_path / "c", memory_map=False)
     in_memory_bytes = pa.total_allocated_bytes() - before - mapped_bytes
     assert mapped.rows == in_memory.rows == 20_000
     assert mapped_bytes < 64 * 1024  # metadata only: the rows stay in the shared mapped pages
@@ -197,7 +192,7 @@ def test_batches_cover_the_slice_in_order_across_stored_batches(
 ) -> None:
     rows = mf.IPC_BATCH_ROWS + 700  # two stored record batches
     files = mf.write_manifest(manifest_table(rows), tmp_path / "store")
-    m = open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    m = _open_whole(files.ipc_path, tmp_path / "c")
     batches = list(m.batches(1000))
     assert [b.num_rows for b in batches] == [1000] * (rows // 1000) + [rows % 1000]
     assert pa.Table.from_batches(batches).equals(m.table.combine_chunks())
@@ -250,19 +245,10 @@ def test_wrong_expected_sha256_is_refused_and_nothing_is_cached(
     files, _ = written
     wrong = "0" * 64
     with pytest.raises(ManifestIntegrityError) as caught:
-        open_manifest(
-            files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c", expected_sha256=wrong
-        )
+        _open_whole(files.ipc_path, tmp_path / "c", expected_sha256=wrong)
     assert caught.value.actual_sha256 == files.ipc_sha256 and wrong in str(caught.value)
     assert sorted(p.suffix for p in (tmp_path / "c").iterdir()) == [".lock"]
-    m = open_manifest(
-        files.ipc_path,
-        split=None,
-        rank=0,
-        world_size=1,
-        cache_dir=tmp_path / "c",
-        expected_sha256=files.ipc_sha256.upper(),
-    )
+    m = _open_whole(files.ipc_path, tmp_path / "c", expected_sha256=files.ipc_sha256.upper())
     assert m.downloaded and m.sha256 == files.ipc_sha256
 
 
@@ -270,10 +256,10 @@ def test_a_truncated_cached_copy_is_downloaded_again(
     written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path
 ) -> None:
     files, table = written
-    first = open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    first = _open_whole(files.ipc_path, tmp_path / "c")
     with open(first.path, "r+b") as f:
         f.truncate(files.ipc_size_bytes // 2)
-    again = open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    again = _open_whole(files.ipc_path, tmp_path / "c")
     assert again.downloaded
     assert again.path.read_bytes() == files.ipc_path.read_bytes()
     assert again.table.column(mf.EPISODE_ID).equals(table.column(mf.EPISODE_ID))
@@ -283,15 +269,13 @@ def test_silent_corruption_is_caught_when_asked_to_verify(
     written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path
 ) -> None:
     files, _ = written
-    first = open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    first = _open_whole(files.ipc_path, tmp_path / "c")
     stat = first.path.stat()
     with open(first.path, "r+b") as f:  # flip bytes in place, same size ...
         f.seek(stat.st_size // 2)
         f.write(b"\xff" * 16)
     os.utime(first.path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # ... and the same mtime, like bit rot
-    verified = open_manifest(
-        files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c", verify_cached=True
-    )
+    verified = _open_whole(files.ipc_path, tmp_path / "c", verify_cached=True)
     assert verified.downloaded
     assert verified.path.read_bytes() == files.ipc_path.read_bytes()
 
@@ -300,16 +284,9 @@ def test_a_new_version_at_the_same_uri_is_fetched_when_its_sha256_is_expected(
     manifest_table: MakeTable, tmp_path: Path
 ) -> None:
     old = mf.write_manifest(manifest_table(10, seed=1), tmp_path / "store")
-    open_manifest(old.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+    _open_whole(old.ipc_path, tmp_path / "c")
     new = mf.write_manifest(manifest_table(12, seed=2), tmp_path / "store")
-    m = open_manifest(
-        new.ipc_path,
-        split=None,
-        rank=0,
-        world_size=1,
-        cache_dir=tmp_path / "c",
-        expected_sha256=new.ipc_sha256,
-    )
+    m = _open_whole(new.ipc_path, tmp_path / "c", expected_sha256=new.ipc_sha256)
     assert m.downloaded and m.total_rows == 12 and m.sha256 == new.ipc_sha256
 
 
@@ -318,17 +295,17 @@ def test_a_file_that_is_not_a_manifest_is_refused(
 ) -> None:
     files, _ = written
     with pytest.raises(ManifestSchemaError, match="not an Arrow IPC file"):
-        open_manifest(files.parquet_path, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+        _open_whole(files.parquet_path, tmp_path / "c")
     other = tmp_path / "other.arrow"
     with pa.OSFile(str(other), "wb") as sink, pa.ipc.new_file(sink, pa.schema([("x", pa.int8())])) as w:
         w.write_table(pa.table({"x": pa.array([1], pa.int8())}))
     with pytest.raises(ManifestSchemaError, match="episode_id: missing"):
-        open_manifest(other, split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+        _open_whole(other, tmp_path / "c")
 
 
 def test_a_missing_manifest_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(ManifestFetchError, match="cannot read manifest"):
-        open_manifest(tmp_path / "nope.arrow", split=None, rank=0, world_size=1, cache_dir=tmp_path / "c")
+        _open_whole(tmp_path / "nope.arrow", tmp_path / "c")
 
 
 def test_bad_ranks_and_digests_are_named(written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path) -> None:
@@ -338,9 +315,7 @@ def test_bad_ranks_and_digests_are_named(written: tuple[mf.ManifestFiles, pa.Tab
     with pytest.raises(ManifestArgumentError, match="world_size 0 is not allowed"):
         open_manifest(files.ipc_path, split=None, rank=0, world_size=0, cache_dir=tmp_path)
     with pytest.raises(ManifestArgumentError, match="expected_sha256 'abc' is not allowed"):
-        open_manifest(
-            files.ipc_path, split=None, rank=0, world_size=1, cache_dir=tmp_path, expected_sha256="abc"
-        )
+        _open_whole(files.ipc_path, tmp_path, expected_sha256="abc")
 
 
 def test_a_held_lock_times_out_with_a_clear_error(
@@ -365,13 +340,11 @@ def test_a_held_lock_times_out_with_a_clear_error(
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(CacheLockTimeoutError, match=r"waited 0\.3 s for the manifest cache lock"):
-            open_manifest(
-                files.ipc_path, split=None, rank=0, world_size=1, cache_dir=cache_dir, lock_timeout_s=0.3
-            )
+            _open_whole(files.ipc_path, cache_dir, lock_timeout_s=0.3)
     finally:
         holder.kill()
         holder.wait()
-    assert open_manifest(files.ipc_path, split=None, rank=0, world_size=1, cache_dir=cache_dir).downloaded
+    assert _open_whole(files.ipc_path, cache_dir).downloaded
     assert FileLock(str(lock_path)).acquire(timeout=1)
 
 

@@ -19,6 +19,7 @@ from pipeline.catalog import make_session_factory, session_scope
 from pipeline.catalog.models import Shard
 from pipeline.catalog.outputs import artifact_inputs, create_dataset_version
 from pipeline.shard import (
+    ShardInfo,
     assign_ranks,
     iter_samples,
     list_shards,
@@ -53,6 +54,28 @@ def _version(world: World, name: str) -> int:
         return create_dataset_version(session, name=name, version="v1", spec_hash="s" * 64, spec={})
 
 
+def _write(
+    world: World,
+    rows: list[dict[str, object]],
+    target_shard_bytes: int,
+    dataset: str,
+    version_id: int,
+    config_hash: str = CONFIG,
+) -> list[ShardInfo]:
+    """``write_shards`` of ``rows`` into version v1 of ``dataset`` (the id ``_version`` returned)."""
+    return write_shards(
+        rows,
+        target_shard_bytes,
+        world.ctx.store,
+        dataset,
+        "v1",
+        engine=world.ctx.engine,
+        config_hash=config_hash,
+        code_version="test",
+        dataset_version_id=version_id,
+    )
+
+
 def test_shards_are_verified_recorded_and_balanced(world: World, tmp_path: Path) -> None:
     refs = _episodes(world, tmp_path, 3)
     rows = []
@@ -71,17 +94,7 @@ def test_shards_are_verified_recorded_and_balanced(world: World, tmp_path: Path)
                 }
             )
     version_id = _version(world, "pick")
-    shards = write_shards(
-        rows,
-        1,
-        world.ctx.store,
-        "pick",
-        "v1",
-        engine=world.ctx.engine,
-        config_hash=CONFIG,
-        code_version="test",
-        dataset_version_id=version_id,
-    )
+    shards = _write(world, rows, 1, "pick", version_id)
     assert [(s.split, s.index, s.n_samples) for s in shards] == [
         ("train", 0, 1),
         ("train", 1, 1),
@@ -106,17 +119,7 @@ def test_shards_are_verified_recorded_and_balanced(world: World, tmp_path: Path)
         assert blobs == [refs[parse_sample_key(samples[0][0])[0]].blob_id]
 
     # a re-run keeps the intact, recorded shards
-    again = write_shards(
-        rows,
-        1,
-        world.ctx.store,
-        "pick",
-        "v1",
-        engine=world.ctx.engine,
-        config_hash=CONFIG,
-        code_version="test",
-        dataset_version_id=version_id,
-    )
+    again = _write(world, rows, 1, "pick", version_id)
     assert [s.sha256 for s in again] == [s.sha256 for s in shards] and not any(s.written for s in again)
 
     # ranks: near-equal bytes with the planner
@@ -133,17 +136,7 @@ def test_a_shard_cut_at_a_member_boundary_is_reported(world: World, tmp_path: Pa
         for r in refs.values()
     ]
     version_id = _version(world, "cut")
-    (shard,) = write_shards(
-        rows,
-        1 << 30,
-        world.ctx.store,
-        "cut",
-        "v1",
-        engine=world.ctx.engine,
-        config_hash=CONFIG,
-        code_version="test",
-        dataset_version_id=version_id,
-    )
+    (shard,) = _write(world, rows, 1 << 30, "cut", version_id)
     path = world.ctx.store.path(shard.key)
     index = ShardIndex.from_json(Path(index_path(path)).read_bytes())
     last_kept = index.members[1]  # the first sample's two members
@@ -213,17 +206,7 @@ def test_kill_9_leaves_no_shard_without_its_record(world: World, tmp_path: Path)
     assert len(on_disk) <= done + 1  # at most the one renamed before the kill came
 
     # a re-run finishes the job, keeping what was recorded
-    again = write_shards(
-        rows,
-        1,
-        world.ctx.store,
-        "killed",
-        "v1",
-        engine=world.ctx.engine,
-        config_hash="c" * 64,
-        code_version="test",
-        dataset_version_id=version_id,
-    )
+    again = _write(world, rows, 1, "killed", version_id, config_hash="c" * 64)
     assert len(again) == 48 and sum(not s.written for s in again) >= done
     records = list_shards(world.ctx.engine, version_id)
     assert len(records) == 48 and all(v.ok for v in verify_shards(world.ctx.store, records))

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy.engine import Engine
-from synthetic_catalog import SyntheticCatalog
 
-from pipeline.catalog.engine import make_engine
+# The catalog fixtures live beside the SyntheticCatalog they build, shared with tests/datasets.
+from synthetic_catalog import catalog, catalog_engine
 
-
-@pytest.fixture
-def catalog_engine(migrated_database_url: str) -> Iterator[Engine]:
-    engine = make_engine(migrated_database_url, pool_size=2)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def catalog(catalog_engine: Engine) -> SyntheticCatalog:
-    return SyntheticCatalog(catalog_engine)
+__all__ = ["catalog", "catalog_engine", "warehouse_path"]
 
 
 @pytest.fixture

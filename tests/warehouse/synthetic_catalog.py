@@ -1,6 +1,7 @@
 """A synthetic catalog filled through the catalog's own upsert functions (no media: rows only).
 
-Shared by the warehouse and dataset tests (``tests/datasets/conftest.py`` imports it from here).
+Shared by the warehouse and dataset tests: both conftests import the ``catalog_engine`` and ``catalog``
+fixtures from here (``tests/datasets/conftest.py`` puts this folder on ``sys.path`` first).
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import pytest
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.catalog import repo
+from pipeline.catalog.engine import make_engine
 from pipeline.enums import FileState
 
 SECOND_NS = 1_000_000_000
@@ -158,3 +161,17 @@ class SyntheticCatalog:
                 input_blob_ids=[blob_id],
             )  # fmt: skip
         return episode_id
+
+
+@pytest.fixture
+def catalog_engine(migrated_database_url: str) -> Iterator[Engine]:
+    """An engine on the migrated test catalog, disposed after the test."""
+    engine = make_engine(migrated_database_url, pool_size=2)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def catalog(catalog_engine: Engine) -> SyntheticCatalog:
+    """A :class:`SyntheticCatalog` over ``catalog_engine``."""
+    return SyntheticCatalog(catalog_engine)
