@@ -1,9 +1,7 @@
 """H.264 encoding for synthetic media: libx264 through PyAV, configured to be deterministic.
 
-x264 picks its thread count (and with it some encoding decisions) from the machine's cores, so the same
-frames encode to different bytes on different machines unless the thread count is fixed. We fix it at one:
-the same seed and options then give byte-identical files on any machine with the same libx264 build, and
-parallelism comes from encoding episodes in separate processes, which MEASURED.md found faster anyway.
+The same seed and options give byte-identical files on any machine with the same libx264 build: one
+encoder thread and no macroblock tree with B-frames (:mod:`pipeline.media.x264` says why).
 """
 
 from __future__ import annotations
@@ -15,11 +13,11 @@ from typing import Literal
 import av
 import numpy as np
 
+from pipeline.media.x264 import X264_THREADS, deterministic_params
+
 X264Preset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
 ]
-# One encoder thread: see the module docstring.
-X264_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,7 @@ class H264Settings:
             # Fixed GOPs: a keyframe every gop_frames, not wherever x264 sees a cut.
             "scenecut=0",
             f"bframes={self.bframes}",
+            *deterministic_params(self.bframes),
         ]
         if self.interlaced:
             params += ["interlaced=1", "tff=1"]

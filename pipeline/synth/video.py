@@ -19,7 +19,8 @@ import av
 import numpy as np
 
 from pipeline.media.framecode import FrameCode
-from pipeline.synth.encode import X264_THREADS, H264Settings
+from pipeline.media.x264 import X264_THREADS
+from pipeline.synth.encode import H264Settings
 from pipeline.synth.scene import SceneGenerator, black_frame, yuv420p_buffer
 
 log = logging.getLogger(__name__)

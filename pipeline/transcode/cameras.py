@@ -19,9 +19,10 @@ import av
 from av.video.codeccontext import VideoCodecContext
 
 from pipeline.enums import ReasonCode
+from pipeline.media.x264 import X264_THREADS
 from pipeline.transcode.errors import TranscodeInputError
 from pipeline.transcode.h264 import access_unit_info, frame_letter
-from pipeline.transcode.profiles import X264_THREADS, EncoderSettings, fit_size
+from pipeline.transcode.profiles import EncoderSettings, fit_size
 
 log = logging.getLogger(__name__)
 

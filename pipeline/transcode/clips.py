@@ -31,8 +31,9 @@ import av.filter
 
 from pipeline.config import ClipOptions, TranscodeOptions
 from pipeline.enums import ReasonCode
+from pipeline.media.x264 import X264_THREADS
 from pipeline.transcode.errors import OutputVerifyError, TranscodeInputError
-from pipeline.transcode.profiles import X264_THREADS, EncoderSettings, fit_size
+from pipeline.transcode.profiles import EncoderSettings, fit_size
 from pipeline.transcode.publish import publish, sha256_file, staged, staging_path
 
 log = logging.getLogger(__name__)

@@ -15,11 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from pipeline.config import TrainingProfile, TranscodeOptions
-
-#: One encoder thread: x264 derives some decisions from its thread count, so a fixed count is what makes
-#: the output byte-identical on every machine; parallelism comes from encoding cameras in processes, which
-#: MEASURED.md found faster than threads anyway (186 vs 145 fps on two cores).
-X264_THREADS = 1
+from pipeline.media.x264 import deterministic_params
 
 
 @dataclass(frozen=True)
@@ -63,6 +59,8 @@ class EncoderSettings:
             f"bframes={self.bframes}",
             # always explicit: presets differ (ultrafast turns CABAC off), the profile decides
             f"cabac={int(self.entropy_coder == 'cabac')}",
+            # byte-identical reruns (random_access under CRF would otherwise depend on stale heap bytes)
+            *deterministic_params(self.bframes),
         ]
         if self.decoupled:
             params += ["b-adapt=0", "b-pyramid=none", "ref=1", "weightb=0"]
