@@ -93,7 +93,10 @@ def build(
         if not no_sync:
             sync(engine, settings.warehouse_path)
         version = build_version(
-            spec, engine=engine, warehouse_path=settings.warehouse_path, store=Store(settings.store, verify=settings.store_verify)
+            spec,
+            engine=engine,
+            warehouse_path=settings.warehouse_path,
+            store=Store(settings.store, verify=settings.store_verify),
         )
     finally:
         engine.dispose()
@@ -155,7 +158,15 @@ def show(
         _print_json(found.as_dict())
         return
     console.print(f"[bold]{found.ref}[/] (id {found.id}, created {found.created_at})")
-    for key in ("spec_hash", "row_count", "split_counts", "manifest_uri", "manifest_sha256", "parquet_uri", "near_duplicates"):
+    for key in (
+        "spec_hash",
+        "row_count",
+        "split_counts",
+        "manifest_uri",
+        "manifest_sha256",
+        "parquet_uri",
+        "near_duplicates",
+    ):
         console.print(f"{key}: {getattr(found, key)}", highlight=False)
     console.print_json(json.dumps(found.spec))
 
