@@ -9,7 +9,8 @@ first batch of decoded samples:
    annotate and shard off, and a first batch needs neither);
 2. ``dataset``: a dataset version over the vendor is built from the warehouse and its manifest written;
 3. ``manifest``: training rank 0 fetches the manifest into its node cache and memory-maps its share;
-4. ``first_batch``: the loader reads its first batch of samples through :class:`pipeline.reader.EpisodeReader`.
+4. ``first_batch``: :class:`pipeline.reader.SampleLoader` (the product's loader, as a training job uses it)
+   reads its first batch of samples through :class:`pipeline.reader.EpisodeReader`.
 
 The throwaway Postgres, the Airflow metadata DB and the drop are made before the clock starts (a running
 platform has them); the ``airflow dags test`` process's start (≈ 8 s of imports here) is inside it, as a
@@ -29,21 +30,18 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import shutil
 import statistics
 import tempfile
-import threading
 import time
-from collections import deque
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import SluiceError, UnknownChoiceError
 from pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from pipeline.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -148,14 +146,22 @@ def _run(work: Path, options: dict[str, Any], size: str) -> dict[str, Any]:
         t_dataset = time.perf_counter()
         manifest = _open_manifest(version.manifest_uri, work / "cache")
         t_manifest = time.perf_counter()
-        episodes = _episodes(manifest)
         # The loader a training job starts with; nothing is prefetched yet when the first batch is asked for.
+        # Imported on the clock, as a training process imports it: the reader pulls in PyAV and numpy.
+        from pipeline.reader import SampleLoader
+
         loader = SampleLoader(
-            episodes, options["batch_size"], workers=options["loader_workers"], prefetch=0, seed=SEED
+            manifest,
+            options["batch_size"],
+            workers=options["loader_workers"],
+            prefetch=0,
+            seed=SEED,
+            window_s=WINDOW_S,
         )
         first = next(iter(loader))
         t_first = time.perf_counter()
         loader.close()
+        episodes = len(loader.uris)
         # -- the clock stops -------------------------------------------------------------------------------
 
         phases = {
@@ -164,7 +170,7 @@ def _run(work: Path, options: dict[str, Any], size: str) -> dict[str, Any]:
             "manifest": t_manifest - t_dataset,
             "first_batch": t_first - t_manifest,
         }
-        stall = _stall(episodes, options)
+        stall = _stall(manifest, options)
         engine.dispose()
     finally:
         server.destroy()
@@ -183,7 +189,7 @@ def _run(work: Path, options: dict[str, Any], size: str) -> dict[str, Any]:
         "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
         "dag_task_seconds": tasks,
         "dag_process_overhead_s": round(phases["dag"] - sum(tasks.values()), 3),
-        "episodes": len(episodes),
+        "episodes": episodes,
         "manifest_rows": manifest.total_rows,
         "first_batch_samples": len(first),
         "dataset_version": version.ref,
@@ -258,21 +264,10 @@ def _build_dataset(work: Path, engine: Any, settings: Settings, store: Any) -> A
     return version
 
 
-def _open_manifest(uri: str, cache_dir: Path) -> Any:
+def _open_manifest(uri: str, cache_dir: Path) -> Manifest:
     from pipeline.manifest.loader import open_manifest
 
     return open_manifest(uri, rank=0, world_size=1, cache_dir=cache_dir)
-
-
-@dataclass(frozen=True)
-class Episode:
-    uri: str
-    episode_id: str
-
-
-def _episodes(manifest: Any) -> list[Episode]:
-    table = manifest.table.select(["uri", "episode_id"]).to_pylist()
-    return [Episode(str(row["uri"]), str(row["episode_id"])) for row in table]
 
 
 def _task_seconds(run: Any) -> dict[str, float]:
@@ -283,96 +278,18 @@ def _task_seconds(run: Any) -> dict[str, float]:
     return seconds
 
 
-# -- the loader -------------------------------------------------------------------------------------------
-
-
-class SampleLoader:
-    """Batches of samples at random times in random episodes, as a training data loader would draw them.
-
-    ``workers`` threads each keep their own :class:`~pipeline.reader.EpisodeReader` per episode (readers
-    are not thread-safe); ``prefetch`` batches are requested ahead of the one being consumed (0: each batch
-    is read when it is asked for).
-    """
-
-    def __init__(
-        self, episodes: Sequence[Episode], batch_size: int, *, workers: int, prefetch: int, seed: int
-    ):
-        if not episodes:
-            raise ValueError("no episodes to sample from")
-        self.episodes = list(episodes)
-        self.batch_size = batch_size
-        self.prefetch = prefetch
-        self._rng = random.Random(seed)
-        self._local = threading.local()
-        self._readers: list[Any] = []
-        self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loader")
-        self._workers = workers
-
-    def open_readers(self) -> None:
-        """Open every episode's reader on every worker thread (what a training job's loader does before its
-        first step), so that the steps measure reading samples, not opening files."""
-        together = threading.Barrier(self._workers)
-
-        def open_all() -> None:
-            together.wait()  # one task per thread: each waits until every thread holds one
-            for index in range(len(self.episodes)):
-                self._reader(index)
-
-        for future in [self._pool.submit(open_all) for _ in range(self._workers)]:
-            future.result()
-
-    def __iter__(self) -> Iterator[list[Any]]:
-        pending: deque[list[Future[Any]]] = deque()
-        while True:
-            if not pending:
-                pending.append(self._submit())
-            batch = [future.result() for future in pending.popleft()]
-            # Refill after collecting: submitting wakes the workers, which then compete for the GIL with
-            # this thread; collecting first keeps a ready batch from waiting on them.
-            while len(pending) < self.prefetch:
-                pending.append(self._submit())
-            yield batch
-
-    def _submit(self) -> list[Future[Any]]:
-        return [self._pool.submit(self._sample, pick) for pick in self._picks()]
-
-    def _picks(self) -> list[tuple[int, float]]:
-        return [(self._rng.randrange(len(self.episodes)), self._rng.random()) for _ in range(self.batch_size)]
-
-    def _sample(self, pick: tuple[int, float]) -> Any:
-        index, where = pick
-        reader = self._reader(index)
-        earliest = min(reader.start_ns + int(WINDOW_S * 1e9), reader.end_ns)
-        t_ns = earliest + int(where * (reader.end_ns - earliest))
-        return reader.sample(t_ns, window_s=WINDOW_S)
-
-    def _reader(self, index: int) -> Any:
-        from pipeline.reader import open_episode
-
-        cache = getattr(self._local, "readers", None)
-        if cache is None:
-            cache = self._local.readers = {}
-        if index not in cache:
-            cache[index] = open_episode(self.episodes[index].uri)
-            with self._lock:
-                self._readers.append(cache[index])
-        return cache[index]
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        for reader in self._readers:
-            reader.close()
-
-
 # -- data stall -------------------------------------------------------------------------------------------
 
 
 def _loop(
-    episodes: Sequence[Episode], *, batch_size: int, workers: int, prefetch: int, step_ms: float, steps: int
+    manifest: Manifest, *, batch_size: int, workers: int, prefetch: int, step_ms: float, steps: int
 ) -> dict[str, Any]:
     """A training loop of ``steps`` steps: wait for a batch, then compute for ``step_ms``."""
-    loader = SampleLoader(episodes, batch_size, workers=workers, prefetch=prefetch, seed=SEED)
+    from pipeline.reader import SampleLoader
+
+    loader = SampleLoader(
+        manifest, batch_size, workers=workers, prefetch=prefetch, seed=SEED, window_s=WINDOW_S
+    )
     loader.open_readers()
     batches = iter(loader)
     next(batches)  # warm-up: decoders made (time to first batch is measured apart)
@@ -398,13 +315,13 @@ def _loop(
     }
 
 
-def _stall(episodes: Sequence[Episode], options: dict[str, Any]) -> dict[str, Any]:
+def _stall(manifest: Manifest, options: dict[str, Any]) -> dict[str, Any]:
     common = {"batch_size": options["batch_size"]}
     synchronous = _loop(
-        episodes, **common, workers=1, prefetch=0, step_ms=options["step_ms"], steps=options["steps"]
+        manifest, **common, workers=1, prefetch=0, step_ms=options["step_ms"], steps=options["steps"]
     )
     prefetch = _loop(
-        episodes,
+        manifest,
         **common,
         workers=options["loader_workers"],
         prefetch=options["prefetch_batches"],
@@ -414,7 +331,7 @@ def _stall(episodes: Sequence[Episode], options: dict[str, Any]) -> dict[str, An
     sweep = []
     for step_ms in options["step_ms_sweep"]:
         row = _loop(
-            episodes,
+            manifest,
             **common,
             workers=options["loader_workers"],
             prefetch=options["prefetch_batches"],

@@ -1,0 +1,420 @@
+"""The training-side sample loader: batches of samples at random times in a rank's manifest rows.
+
+Usage from a training job (no Airflow, Ray or DuckDB is imported)::
+
+    from pipeline.manifest import open_manifest
+    from pipeline.reader import SampleLoader
+
+    manifest = open_manifest(uri, rank=rank, world_size=world_size, cache_dir="/local/nvme/manifests")
+    with SampleLoader(manifest, batch_size=32, workers=4, prefetch=4, seed=rank) as loader:
+        loader.open_readers()                       # optional warm-up: open every file on every thread
+        for step, batch in zip(range(steps), loader):
+            ...  # batch: a list of Sample; batch.rows: the loader row each sample came from
+
+Each sample is drawn from a row chosen uniformly among the loader's rows, at a time uniform in the part of
+the row's ``start_ns`` .. ``end_ns`` window (clipped to the episode file's own span) that leaves room for
+the sample's history (``window_s``, and the frames' ``(frames_per_camera - 1) * frame_stride_s``). The
+(row, position) draws come from one :class:`random.Random` seeded with ``seed`` on the consuming thread,
+batch after batch, so the sequence of samples depends on the seed and the rows only, never on ``workers``
+or ``prefetch``.
+
+Only transcoded robot episodes (MCAP files, ``uri`` ending in ``.mcap``) can be sampled. Rows of any other
+kind, such as a vendor video's MP4 clips, are refused when the loader is made
+(:class:`UnsupportedRowsError`, naming them) unless ``skip_unsupported=True``, which leaves them out and
+logs how many were left out: training never meets them mid-run.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.errors import SluiceError
+from pipeline.reader.counters import ReadCounters
+from pipeline.reader.sample import NS_PER_S, EpisodeReader, Sample
+
+log = logging.getLogger(__name__)
+
+#: The only file kind the loader reads (the transcode's ``episode.mcap``), matched on the uri's end.
+SUPPORTED_SUFFIX = ".mcap"
+#: Rows named in an :class:`UnsupportedRowsError` message; the rest are counted.
+_ROWS_SHOWN = 5
+_loader_numbers = count()
+
+
+class SampleLoaderError(SluiceError):
+    """Root of the sample loader's errors."""
+
+
+class LoaderArgumentError(SampleLoaderError, ValueError):
+    """A loader option outside what is allowed."""
+
+    def __init__(self, what: str, value: object, allowed: str) -> None:
+        self.value = value
+        super().__init__(f"{what} {value!r} is not allowed; expected {allowed}")
+
+
+class UnsupportedRowsError(SampleLoaderError, ValueError):
+    """Rows whose ``uri`` is not a transcoded robot episode (an MCAP file), e.g. a video's MP4 clips."""
+
+    def __init__(self, positions: Sequence[int], first: Sequence[tuple[str, str]], total: int) -> None:
+        self.positions = list(positions)  # of the unsupported rows in the source
+        shown = [
+            f"row {i} ({episode_id}): {uri}"
+            for i, (episode_id, uri) in zip(self.positions, first, strict=False)
+        ]
+        more = len(self.positions) - len(shown)
+        super().__init__(
+            f"{len(self.positions)} of {total} rows are not MCAP episodes, which is all the sample loader reads "
+            f"(uri ending {SUPPORTED_SUFFIX!r}): "
+            + "; ".join(shown)
+            + (f"; and {more} more" if more else "")
+            + ". Pass skip_unsupported=True to leave them out, or filter them from the rows first."
+        )
+
+
+class SampleReadError(SampleLoaderError):
+    """A sample could not be read from its row's file (missing, unreadable, or outside the row's window)."""
+
+    def __init__(self, row: int, uri: str, detail: str) -> None:
+        self.row = row
+        self.uri = uri
+        super().__init__(f"row {row} ({uri}): {detail}")
+
+
+class LoaderClosedError(SampleLoaderError):
+    """The loader was used after :meth:`SampleLoader.close`."""
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    """One row to sample from: an episode file and the window of its timeline to draw times in.
+
+    ``start_ns``/``end_ns`` None: the episode file's whole span.
+    """
+
+    uri: str
+    episode_id: str = ""
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+
+class SampleBatch(list[Sample]):
+    """A list of samples; ``rows[i]`` is the loader row (index into :attr:`SampleLoader.rows`) of sample i."""
+
+    rows: list[int]
+
+
+RowsSource = Any  # a Manifest, a pyarrow Table, or a sequence of uris, paths, EpisodeRows or row mappings
+
+
+class SampleLoader:
+    """Batches of samples at random times in random rows, read on a pool of threads, prefetched.
+
+    ``source``: a :class:`pipeline.manifest.Manifest` (its ``table``), a ``pyarrow.Table`` with at least a
+    ``uri`` column (``episode_id``, ``start_ns``, ``end_ns`` used when present), or a sequence of local
+    paths, fsspec URLs (``file://...``), :class:`EpisodeRow`\\ s or mappings with those keys.
+
+    ``workers`` threads each open their own :class:`~pipeline.reader.EpisodeReader` per episode file (a
+    reader is not thread-safe) and keep it until :meth:`close`. ``prefetch`` batches are requested ahead of
+    the one being consumed (0: a batch is read when it is asked for). ``window_s``, ``frames_per_camera``,
+    ``frame_stride_s``, ``topics``, ``cameras`` and ``decode`` are passed to
+    :meth:`EpisodeReader.sample`; ``storage_options`` to the files' fsspec filesystem.
+
+    Iterating yields :class:`SampleBatch`\\ es of ``batch_size`` samples without end (take as many steps as
+    training needs); iterate once per loader. Use it as a context manager or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        source: RowsSource,
+        batch_size: int,
+        *,
+        workers: int = 2,
+        prefetch: int = 2,
+        seed: int = 0,
+        window_s: float = 2.0,
+        frames_per_camera: int = 2,
+        frame_stride_s: float = 0.1,
+        topics: Sequence[str] | None = None,
+        cameras: Sequence[str] | None = None,
+        decode: bool = True,
+        skip_unsupported: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        _check_int("batch_size", batch_size, 1)
+        _check_int("workers", workers, 1)
+        _check_int("prefetch", prefetch, 0)
+        _check_int("frames_per_camera", frames_per_camera, 1)
+        if not window_s >= 0:
+            raise LoaderArgumentError("window_s", window_s, "seconds >= 0")
+        if not frame_stride_s >= 0:
+            raise LoaderArgumentError("frame_stride_s", frame_stride_s, "seconds >= 0")
+        table = _rows_table(source)
+        supported = _supported_positions(table, skip_unsupported)
+        if supported.size == 0:
+            raise LoaderArgumentError("source", f"{table.num_rows} rows", "at least one MCAP episode row")
+        self._table = table
+        self._positions = supported
+        self.batch_size = batch_size
+        self.workers = workers
+        self.prefetch = prefetch
+        self.seed = seed
+        self.sample_options: dict[str, Any] = {
+            "window_s": window_s,
+            "frames_per_camera": frames_per_camera,
+            "frame_stride_s": frame_stride_s,
+            "topics": None if topics is None else list(topics),
+            "cameras": None if cameras is None else list(cameras),
+            "decode": decode,
+        }
+        # history a sample needs before its time: the state window, and the oldest of its frames
+        self._room_ns = int(max(window_s, (frames_per_camera - 1) * frame_stride_s) * NS_PER_S)
+        self._storage_options = dict(storage_options or {})
+        self._rng = random.Random(seed)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._readers: dict[str, dict[str, EpisodeReader]] = {}  # thread name -> uri -> reader
+        self.thread_name_prefix = f"sluice-loader-{next(_loader_numbers)}"
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=self.thread_name_prefix)
+        self._closed = False
+        log.info(
+            "sample loader over %d rows (%d files), batch %d, %d worker(s), prefetch %d, seed %d",
+            len(self), len(self.uris), batch_size, workers, prefetch, seed,
+        )  # fmt: skip
+
+    # -- what it samples ------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Rows samples are drawn from (unsupported rows left out)."""
+        return int(self._positions.size)
+
+    @property
+    def rows(self) -> list[EpisodeRow]:
+        """The rows samples are drawn from, in order; :attr:`SampleBatch.rows` indexes this list."""
+        return [self._row(i) for i in range(len(self))]
+
+    @property
+    def uris(self) -> list[str]:
+        """The distinct episode files of the rows, in first-seen order."""
+        column = self._table.column("uri").take(pa.array(self._positions))
+        return list(dict.fromkeys(column.to_pylist()))
+
+    def _row(self, index: int) -> EpisodeRow:
+        position = int(self._positions[index])
+        values = {name: self._table.column(name)[position].as_py() for name in self._table.column_names}
+        return EpisodeRow(**values)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def open_readers(self) -> None:
+        """Open every episode file on every worker thread now (a training job's warm-up before its first
+        step), so that steps pay for reading samples, not for opening files and indexing them."""
+        self._check_open()
+        uris = self.uris
+        together = threading.Barrier(self.workers)
+
+        def open_all() -> None:
+            together.wait()  # one task per thread: each waits until every thread holds one
+            for uri in uris:
+                self._reader(uri)
+
+        for future in [self._pool.submit(open_all) for _ in range(self.workers)]:
+            future.result()
+
+    def close(self) -> None:
+        """Stop the worker threads (pending batches are dropped) and close every reader. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            readers = [r for per_thread in self._readers.values() for r in per_thread.values()]
+            self._readers.clear()
+        for reader in readers:
+            reader.close()
+
+    def __enter__(self) -> SampleLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def readers_by_thread(self) -> dict[str, dict[str, EpisodeReader]]:
+        """The open readers: thread name -> uri -> reader. For inspection only: a reader belongs to its
+        thread and must not be sampled from elsewhere."""
+        with self._lock:
+            return {name: dict(per_thread) for name, per_thread in self._readers.items()}
+
+    def totals(self) -> ReadCounters:
+        """What every sample so far cost, summed over all readers (see :class:`ReadCounters`)."""
+        total = ReadCounters()
+        for per_thread in self.readers_by_thread().values():
+            for reader in per_thread.values():
+                total.add(reader.totals)
+        return total
+
+    # -- iteration ------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[SampleBatch]:
+        self._check_open()
+        pending: deque[tuple[list[int], list[Future[Sample]]]] = deque()
+        try:
+            while True:
+                self._check_open()
+                if not pending:
+                    pending.append(self._submit())
+                rows, futures = pending.popleft()
+                batch = SampleBatch(future.result() for future in futures)
+                batch.rows = rows
+                # Refill after collecting: submitting wakes the workers, which then compete for the GIL
+                # with this thread; collecting first keeps a ready batch from waiting on them.
+                while len(pending) < self.prefetch:
+                    pending.append(self._submit())
+                yield batch
+        finally:
+            for _, futures in pending:
+                for future in futures:
+                    future.cancel()
+
+    def draws(self, batches: int) -> list[list[tuple[int, float]]]:
+        """The (row, position in [0, 1)) draws of the first ``batches`` batches for this loader's seed,
+        without reading anything: the row's sample time is the position along its window's room."""
+        rng = random.Random(self.seed)
+        return [self._picks(rng) for _ in range(batches)]
+
+    def _submit(self) -> tuple[list[int], list[Future[Sample]]]:
+        if self._closed:
+            raise LoaderClosedError("the sample loader was closed while iterating")
+        picks = self._picks(self._rng)
+        return [row for row, _ in picks], [self._pool.submit(self._sample, *pick) for pick in picks]
+
+    def _picks(self, rng: random.Random) -> list[tuple[int, float]]:
+        return [(rng.randrange(len(self)), rng.random()) for _ in range(self.batch_size)]
+
+    def _sample(self, index: int, where: float) -> Sample:
+        row = self._row(index)
+        try:
+            reader = self._reader(row.uri)
+        except SluiceError:
+            raise
+        except Exception as exc:  # the file is missing or not an episode: name the row, keep the cause
+            raise SampleReadError(index, row.uri, f"cannot open the episode: {exc!r}") from exc
+        lo = reader.start_ns if row.start_ns is None else max(row.start_ns, reader.start_ns)
+        hi = reader.end_ns if row.end_ns is None else min(row.end_ns, reader.end_ns)
+        if hi < lo:
+            raise SampleReadError(
+                index,
+                row.uri,
+                f"its window {row.start_ns}..{row.end_ns} ns is outside the file's "
+                f"{reader.start_ns}..{reader.end_ns} ns",
+            )
+        earliest = min(lo + self._room_ns, hi)
+        t_ns = earliest + int(where * (hi - earliest))
+        return reader.sample(t_ns, **self.sample_options)
+
+    def _reader(self, uri: str) -> EpisodeReader:
+        cache: dict[str, EpisodeReader] | None = getattr(self._local, "readers", None)
+        if cache is None:
+            cache = self._local.readers = {}
+            with self._lock:
+                self._readers[threading.current_thread().name] = cache
+        reader = cache.get(uri)
+        if reader is None:
+            reader = EpisodeReader(uri, storage_options=self._storage_options)
+            with self._lock:
+                cache[uri] = reader
+        return reader
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LoaderClosedError("the sample loader is closed; make a new one")
+
+
+# -- rows -------------------------------------------------------------------------------------------------
+
+_ROW_FIELDS = (
+    pa.field("uri", pa.string(), nullable=False),
+    pa.field("episode_id", pa.string(), nullable=False),
+    pa.field("start_ns", pa.int64()),
+    pa.field("end_ns", pa.int64()),
+)
+
+
+def _rows_table(source: RowsSource) -> pa.Table:
+    """The source's rows as a table of ``uri``, ``episode_id``, ``start_ns``, ``end_ns`` (zero-copy for a
+    manifest's columns: a memory-mapped manifest stays mapped)."""
+    table = getattr(source, "table", source)
+    if isinstance(table, pa.Table | pa.RecordBatch):
+        if "uri" not in table.column_names:
+            raise LoaderArgumentError("source columns", table.column_names, "a 'uri' column")
+        columns = []
+        for field in _ROW_FIELDS:
+            if field.name in table.column_names:
+                columns.append(table.column(field.name).cast(field.type))
+            elif field.name == "episode_id":
+                columns.append(table.column("uri").cast(pa.string()))
+            else:
+                columns.append(pa.nulls(table.num_rows, field.type))
+        return pa.Table.from_arrays(columns, schema=pa.schema(_ROW_FIELDS))
+    if isinstance(source, str | Path) or not isinstance(source, Sequence):
+        raise LoaderArgumentError(
+            "source",
+            type(source).__name__,
+            "a Manifest, a pyarrow Table, or a sequence of uris, paths, EpisodeRows or row mappings",
+        )
+    rows = [_as_row(item) for item in source]
+    return pa.Table.from_pylist(
+        [
+            {"uri": r.uri, "episode_id": r.episode_id, "start_ns": r.start_ns, "end_ns": r.end_ns}
+            for r in rows
+        ],
+        schema=pa.schema(_ROW_FIELDS),
+    )
+
+
+def _as_row(item: Any) -> EpisodeRow:
+    if isinstance(item, EpisodeRow):
+        return item
+    if isinstance(item, str | Path):
+        return EpisodeRow(str(item), str(item))
+    if isinstance(item, Mapping) and "uri" in item:
+        uri = str(item["uri"])
+        return EpisodeRow(uri, str(item.get("episode_id") or uri), item.get("start_ns"), item.get("end_ns"))
+    raise LoaderArgumentError("row", item, "a uri, a path, an EpisodeRow or a mapping with a 'uri' key")
+
+
+def _supported_positions(table: pa.Table, skip_unsupported: bool) -> np.ndarray:
+    """Positions of the rows the loader can read; the others refused or, with ``skip_unsupported``, left
+    out with a logged count."""
+    mcap = pc.ends_with(pc.utf8_lower(table.column("uri")), SUPPORTED_SUFFIX)
+    mask = np.asarray(mcap.to_numpy(zero_copy_only=False), dtype=bool)
+    unsupported = np.flatnonzero(~mask)
+    if unsupported.size:
+        if not skip_unsupported:
+            first = table.take(pa.array(unsupported[:_ROWS_SHOWN])).to_pylist()
+            raise UnsupportedRowsError(
+                unsupported.tolist(), [(r["episode_id"], r["uri"]) for r in first], table.num_rows
+            )
+        log.warning(
+            "sample loader: left out %d of %d rows that are not MCAP episodes (e.g. video clips)",
+            unsupported.size, table.num_rows,
+        )  # fmt: skip
+    return np.flatnonzero(mask)
+
+
+def _check_int(what: str, value: int, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise LoaderArgumentError(what, value, f"an integer >= {least}")

@@ -1,0 +1,217 @@
+"""The sample loader: reproducible draws, the asked batches and samples, prefetch that changes nothing but
+timing, one reader per thread, clip rows refused or skipped, threads stopped on close."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.errors import SluiceError
+from pipeline.manifest import format as mf
+from pipeline.manifest import open_manifest
+from pipeline.reader import (
+    EpisodeRow,
+    LoaderClosedError,
+    SampleLoader,
+    SampleReadError,
+    UnsupportedRowsError,
+    open_episode,
+)
+
+NS = 1_000_000_000
+PROFILE = "random_access"  # short GOPs: a sample decodes few frames, the tests stay fast
+Episode = Callable[[str], tuple[Path, Path]]
+
+
+@pytest.fixture
+def path(episode: Episode) -> Path:
+    return episode(PROFILE)[1]
+
+
+@pytest.fixture
+def span(path: Path) -> tuple[int, int]:
+    with open_episode(path) as reader:
+        return reader.start_ns, reader.end_ns
+
+
+def _rows(path: Path, span: tuple[int, int]) -> list[EpisodeRow]:
+    """The whole episode, and a 1.5 s window in its middle, as two rows of the same file."""
+    start = span[0]
+    return [
+        EpisodeRow(str(path), "whole"),
+        EpisodeRow(str(path), "middle", start + NS, start + 2 * NS + NS // 2),
+    ]
+
+
+def _key(batch: list) -> list[tuple[int, int]]:
+    return [(row, sample.t_ns) for row, sample in zip(batch.rows, batch, strict=True)]
+
+
+def _manifest_table(rows: list[tuple[str, str, int, int]]) -> pa.Table:
+    n = len(rows)
+    columns = {
+        mf.EPISODE_ID: [r[0] for r in rows],
+        mf.URI: [r[1] for r in rows],
+        mf.START_NS: [r[2] for r in rows],
+        mf.END_NS: [r[3] for r in rows],
+        mf.DURATION_S: [(r[3] - r[2]) / NS for r in rows],
+        mf.VENDOR: ["acme"] * n,
+        **{name: [None] * n for name in mf.QUALITY_SCORE_COLUMNS},
+        mf.SPLIT: ["train"] * n,
+        mf.SOURCE_SHA256: ["ab" * 32] * n,
+    }
+    return pa.table(columns)
+
+
+def test_the_same_seed_draws_the_same_samples(path: Path, span: tuple[int, int]) -> None:
+    def first(seed: int, batches: int = 3) -> list[list[tuple[int, int]]]:
+        with SampleLoader(_rows(path, span), 4, workers=1, prefetch=0, seed=seed, decode=False) as loader:
+            got = [_key(batch) for _, batch in zip(range(batches), loader, strict=False)]
+            # the rows drawn are those the seed gives, known without reading anything
+            assert [[row for row, _ in batch] for batch in got] == [
+                [row for row, _ in draws] for draws in loader.draws(batches)
+            ]
+            return got
+
+    once, again, other = first(11), first(11), first(12)
+    assert once == again
+    assert once != other
+    assert {row for batch in once for row, _ in batch} == {0, 1}  # both rows drawn in 12 samples
+
+
+def test_batches_and_samples_are_the_size_asked(path: Path, span: tuple[int, int]) -> None:
+    rows = _rows(path, span)
+    window_s, frames, stride_s = 0.5, 3, 0.3  # the frames reach further back (0.6 s) than the window
+    with SampleLoader(
+        rows,
+        5,
+        workers=2,
+        prefetch=1,
+        seed=3,
+        window_s=window_s,
+        frames_per_camera=frames,
+        frame_stride_s=stride_s,
+    ) as loader:
+        batches = [batch for _, batch in zip(range(3), loader, strict=False)]
+    for batch in batches:
+        assert len(batch) == 5
+        for index, sample in zip(batch.rows, batch, strict=True):
+            row = rows[index]
+            lo = span[0] if row.start_ns is None else row.start_ns
+            hi = span[1] if row.end_ns is None else row.end_ns
+            assert lo + int(0.6 * NS) <= sample.t_ns <= hi  # room for the oldest frame inside the row
+            assert set(sample.frames) == {"front", "wrist_left", "wrist_right"}
+            for shown in sample.frames.values():
+                assert len(shown) == frames
+                assert all(f.image is not None and f.image.shape == (96, 128, 3) for f in shown)
+                assert all(f.stamp_ns <= sample.t_ns for f in shown)
+            for messages in sample.proprio.values():
+                assert messages
+                assert all(sample.t_ns - window_s * NS < m["stamp_ns"] <= sample.t_ns for m in messages)
+
+
+def test_prefetching_on_threads_yields_what_the_synchronous_loader_does(
+    path: Path, span: tuple[int, int]
+) -> None:
+    def read(workers: int, prefetch: int) -> list:
+        with SampleLoader(_rows(path, span), 3, workers=workers, prefetch=prefetch, seed=5) as loader:
+            return [batch for _, batch in zip(range(4), loader, strict=False)]
+
+    synchronous, prefetched = read(1, 0), read(3, 3)
+    assert [_key(b) for b in synchronous] == [_key(b) for b in prefetched]
+    for left, right in zip(synchronous, prefetched, strict=True):
+        for a, b in zip(left, right, strict=True):
+            for camera in a.frames:
+                for fa, fb in zip(a.frames[camera], b.frames[camera], strict=True):
+                    assert fa.stamp_ns == fb.stamp_ns and np.array_equal(fa.image, fb.image)
+
+
+def test_each_worker_thread_has_its_own_readers(path: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy" / "episode.mcap"
+    copy.parent.mkdir()
+    shutil.copy(path, copy)
+    uris = [str(path), copy.as_uri()]  # a plain path and a file:// URI
+    with SampleLoader(uris, 4, workers=2, prefetch=2, seed=1, decode=False) as loader:
+        loader.open_readers()
+        opened = loader.readers_by_thread()
+        assert len(opened) == 2
+        assert all(name.startswith(loader.thread_name_prefix) for name in opened)
+        assert all(set(per_thread) == set(uris) for per_thread in opened.values())
+        readers = [id(r) for per_thread in opened.values() for r in per_thread.values()]
+        assert len(set(readers)) == 4  # no reader shared between threads
+        for _, batch in zip(range(5), loader, strict=False):
+            assert len(batch) == 4
+        after = loader.readers_by_thread()
+        assert [
+            id(r) for per_thread in after.values() for r in per_thread.values()
+        ] == readers  # kept, reused
+        assert 20 <= loader.totals().samples <= 20 + 2 * 4  # taken, and at most the prefetched batches
+
+
+def test_clip_rows_are_refused_by_name(path: Path, span: tuple[int, int], tmp_path: Path) -> None:
+    clip = "file:///store/derived/transcode/abc/ep-video/clip_001.mp4"
+    files = mf.write_manifest(
+        _manifest_table([("ep-robot", str(path), *span), ("ep-video", clip, 0, 2 * NS)]), tmp_path / "m"
+    )
+    manifest = open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "cache")
+    with pytest.raises(UnsupportedRowsError) as caught:
+        SampleLoader(manifest, 2)
+    assert isinstance(caught.value, SluiceError)
+    assert caught.value.positions == [1]
+    assert "row 1 (ep-video)" in str(caught.value) and clip in str(caught.value)
+    assert "skip_unsupported=True" in str(caught.value)
+    assert not [t for t in threading.enumerate() if t.name.startswith("sluice-loader")]  # nothing started
+
+
+def test_clip_rows_are_skipped_when_asked(
+    path: Path, span: tuple[int, int], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clip = str(tmp_path / "clip_000.MP4")
+    table = _manifest_table(
+        [("v", clip, 0, NS), ("r", str(path), *span), ("v", clip.replace("0.", "1."), 0, NS)]
+    )
+    files = mf.write_manifest(table, tmp_path / "m")
+    manifest = open_manifest(files.ipc_path, rank=0, world_size=1, cache_dir=tmp_path / "cache")
+    with caplog.at_level(logging.WARNING, logger="pipeline.reader.loader"):
+        loader = SampleLoader(manifest, 3, workers=1, prefetch=0, skip_unsupported=True, decode=False)
+    with loader:
+        assert "left out 2 of 3 rows" in caplog.text
+        assert len(loader) == 1 and loader.rows == [EpisodeRow(str(path), "r", *span)]
+        batch = next(iter(loader))
+        assert batch.rows == [0, 0, 0] and len(batch) == 3
+
+
+def test_close_stops_the_threads_and_closes_the_readers(path: Path) -> None:
+    loader = SampleLoader([path], 2, workers=2, prefetch=3, seed=0, decode=False)
+    batches = iter(loader)
+    next(batches)  # leaves prefetched batches in flight
+    readers = [r for per_thread in loader.readers_by_thread().values() for r in per_thread.values()]
+    assert readers and any(t.name.startswith(loader.thread_name_prefix) for t in threading.enumerate())
+    loader.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith(loader.thread_name_prefix)]
+    for reader in readers:  # closed: its file can no longer be read
+        with pytest.raises(ValueError, match="closed"):
+            reader.sample(reader.end_ns, decode=False)
+    assert loader.readers_by_thread() == {}
+    with pytest.raises(LoaderClosedError):
+        next(batches)
+    with pytest.raises(LoaderClosedError):
+        iter(loader).__next__()
+    loader.close()  # idempotent
+
+
+def test_an_unreadable_row_names_its_file(tmp_path: Path) -> None:
+    missing = tmp_path / "gone" / "episode.mcap"
+    with (
+        SampleLoader([missing], 1, workers=1, prefetch=0) as loader,
+        pytest.raises(SampleReadError) as caught,
+    ):
+        next(iter(loader))
+    assert str(missing) in str(caught.value)
