@@ -24,8 +24,8 @@ class TrainingProfile(StrEnum):
     RANDOM_ACCESS = "random_access"  # closed GOPs of non-reference B-frames between two anchors (DDRA)
 
 
-#: H.264 entropy coding: CABAC (x264's default from veryfast up) or CAVLC, which decodes in about half the
-#: time at these bitrates for ~16% more bytes (docs/transcode.md).
+#: H.264 entropy coding: CABAC (x264's default from veryfast up) or CAVLC, which `sluice bench read` found
+#: to decode 1.77x faster at 720p for 1.17x the bytes (docs/episodes.md).
 EntropyCoder = Literal["cabac", "cavlc"]
 
 X264Preset = Literal[
@@ -129,7 +129,7 @@ class TranscodeOptions(FrozenModel):
     # Entropy decoding is most of a 720p frame's decode time; CAVLC trades bytes for dataloader CPU.
     entropy_coder: EntropyCoder = Field(
         default="cabac",
-        description="cabac | cavlc: cavlc decodes ~2x faster for ~16% more bytes (sampling CPU vs storage).",
+        description="cabac | cavlc: cavlc decodes ~1.8x faster for ~17% more bytes (sampling CPU vs storage).",
     )
     # 1280x720: policy inputs are at most 720p and every measured number here is at 720p.
     max_pixels: int = Field(default=1280 * 720, ge=64 * 64, description="Frames above this are scaled down.")

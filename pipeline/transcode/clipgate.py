@@ -19,7 +19,7 @@ import numpy as np
 from pipeline.config import ClipOptions, QualityPost, TranscodeOptions
 from pipeline.enums import ReasonCode
 from pipeline.transcode.clips import Analysis, normalised_frames, read_manifest
-from pipeline.transcode.h264 import avcc_entropy_coders
+from pipeline.transcode.h264 import avcc_entropy_coders, coder_mismatch
 from pipeline.transcode.postgate import CheckOutcome, luma, psnr_db
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
 from pipeline.transcode.publish import sha256_file
@@ -74,15 +74,9 @@ def check_clips(
             "gop_frames": settings.gop_frames,
             "entropy_coder": sorted(coders),
         }
-        if coders != {settings.entropy_coder}:
-            problems.setdefault(
-                "gop",
-                (
-                    ReasonCode.GOP_MISMATCH,
-                    f"{name}: parameter sets say {sorted(coders) or 'nothing'}, "
-                    f"the profile asks for {settings.entropy_coder}",
-                ),
-            )
+        wrong_coder = coder_mismatch(coders, settings.entropy_coder)
+        if wrong_coder:
+            problems.setdefault("gop", (ReasonCode.GOP_MISMATCH, f"{name}: {wrong_coder}"))
         elif letters != expected:
             k = (
                 next(i for i, (a, b) in enumerate(zip(letters, expected, strict=False)) if a != b)

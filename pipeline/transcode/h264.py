@@ -122,6 +122,13 @@ def avcc_entropy_coders(extradata: bytes) -> set[str]:
     return entropy_coders(b"".join(units))
 
 
+def coder_mismatch(found: set[str], asked: str) -> str | None:
+    """Why the entropy coders ``found`` in a stream's parameter sets are not the one ``asked`` for, or None."""
+    if found == {asked}:
+        return None
+    return f"parameter sets say {sorted(found) or 'nothing'}, the profile asks for {asked}"
+
+
 def frame_letter(info: AccessUnitInfo) -> str:
     """One letter per frame for the frame table: ``I`` (IDR), ``i`` (non-IDR I), ``P``, ``B`` (reference
     B) or ``b`` (non-reference B)."""

@@ -35,7 +35,7 @@ from pipeline.enums import CheckStatus, ReasonCode
 from pipeline.transcode import layout
 from pipeline.transcode.cameras import SCALE_INTERPOLATION, decode_units, timestamp
 from pipeline.transcode.errors import TranscodeInputError
-from pipeline.transcode.h264 import access_unit_info, entropy_coders, frame_letter
+from pipeline.transcode.h264 import access_unit_info, coder_mismatch, entropy_coders, frame_letter
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
 from pipeline.transcode.publish import sha256_file
 from pipeline.transcode.resample import NS_PER_S, Series, grid_instant, resample_rmse
@@ -254,10 +254,10 @@ def _video_checks(
             "reference_b_frames": shown.count("B"),
             "entropy_coder": sorted(coders),
         }
-        coder_ok = coders == {settings.entropy_coder}
-        if mismatch is not None or decoder_mismatch is not None or not table_ok or not coder_ok:
-            if not coder_ok:
-                why = f"parameter sets say {sorted(coders) or 'nothing'}, the profile asks for {settings.entropy_coder}"
+        wrong_coder = coder_mismatch(coders, settings.entropy_coder)
+        if mismatch is not None or decoder_mismatch is not None or not table_ok or wrong_coder:
+            if wrong_coder:
+                why = wrong_coder
             elif mismatch is not None:
                 why = (
                     f"display frame {mismatch} is {shown[mismatch]!r}, profile {settings.profile.value} "
