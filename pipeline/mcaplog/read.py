@@ -30,7 +30,7 @@ from pipeline.mcaplog.models import (
 )
 from pipeline.mcaplog.probe import probe_file
 from pipeline.mcaplog.scan import Item, ScanFacts, Scanner
-from pipeline.mcaplog.stats import StampReader, TopicAccumulator
+from pipeline.mcaplog.stats import DigestThread, StampReader, TopicAccumulator
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +58,9 @@ def read_log(
     accepts any. ``expected_rates_hz``: topic → contract rate, for gap rates. ``stamp_fields``: dotted
     payload fields tried for a hardware stamp (JSON ``stamp_ns``, protobuf ``timestamp``, ROS
     ``header.stamp``...). ``content_digest``: also compute an order-independent digest of each topic's
-    messages (finds the same messages re-chunked). Bad input never raises; an unreadable file raises
-    :class:`~pipeline.errors.StoreError`.
+    messages (finds the same messages re-chunked); payloads of 16 KiB and more (camera frames) are hashed
+    on a helper thread beside the read, which costs ~10% more CPU for ~25% less wall time on a robot log.
+    Bad input never raises; an unreadable file raises :class:`~pipeline.errors.StoreError`.
     """
     unknown = set(allowed_compressions) - set(SUPPORTED_COMPRESSIONS)
     if unknown:
@@ -84,24 +85,27 @@ def read_log(
             content_digest=content_digest,
         )
         try:
-            for item in scanner.items():
-                staging.take(item, scanner)
-        except McapInputError as exc:
-            fatal = Finding(code=exc.code, detail=exc.detail, fatal=True, offset=exc.offset)
-            others = tuple(f for f in probe.findings if f.fatal and f.code != exc.code)
-            logger.info("%s: read failed after %d messages: %s", src.name, staging.messages, exc)
-            return _failed(src.name, probe, (fatal, *others), staging.messages, src.file.tell(), started)
-        if not probe.ok:
-            return _failed(src.name, probe, probe.findings, staging.messages, src.size_bytes, started)
-        report = staging.commit(
-            source=src.name,
-            probe=probe,
-            facts=scanner.facts,
-            allowed_compressions=allowed_compressions,
-            expected_rates_hz=expected_rates_hz or {},
-            thresholds=thresholds,
-            read_s=time.perf_counter() - started,
-        )
+            try:
+                for item in scanner.items():
+                    staging.take(item, scanner)
+            except McapInputError as exc:
+                fatal = Finding(code=exc.code, detail=exc.detail, fatal=True, offset=exc.offset)
+                others = tuple(f for f in probe.findings if f.fatal and f.code != exc.code)
+                logger.info("%s: read failed after %d messages: %s", src.name, staging.messages, exc)
+                return _failed(src.name, probe, (fatal, *others), staging.messages, src.file.tell(), started)
+            if not probe.ok:
+                return _failed(src.name, probe, probe.findings, staging.messages, src.size_bytes, started)
+            report = staging.commit(
+                source=src.name,
+                probe=probe,
+                facts=scanner.facts,
+                allowed_compressions=allowed_compressions,
+                expected_rates_hz=expected_rates_hz or {},
+                thresholds=thresholds,
+                read_s=time.perf_counter() - started,
+            )
+        finally:
+            staging.close()
     logger.info(
         "%s: %d messages on %d topics, %d finding(s), %.1f MB/s",
         report.source,
@@ -148,6 +152,8 @@ class _Staging:
         self._allowed_encodings = None if allowed_encodings is None else frozenset(allowed_encodings)
         self._stamp_fields = stamp_fields
         self._content_digest = content_digest
+        # the big payloads' digests are computed beside the read (see DigestThread)
+        self._digest_thread = DigestThread() if content_digest else None
         self.messages = 0
         self.schemas: list[SchemaInfo] = []
         self.channels: list[ChannelInfo] = []
@@ -210,7 +216,13 @@ class _Staging:
         )
         acc = self._topics.get(channel.topic)
         if acc is None:
-            acc = TopicAccumulator(channel.topic, channel, schema, digest=self._content_digest)
+            acc = TopicAccumulator(
+                channel.topic,
+                channel,
+                schema,
+                digest=self._content_digest,
+                digest_thread=self._digest_thread,
+            )
             self._topics[channel.topic] = acc
         else:
             acc.channel_ids.append(channel.id)
@@ -233,6 +245,11 @@ class _Staging:
                     topic=channel.topic,
                 )
             )
+
+    def close(self) -> None:
+        """Stop the digest thread (what it still had queued is dropped); safe to call more than once."""
+        if self._digest_thread is not None:
+            self._digest_thread.close()
 
     def commit(
         self,
@@ -276,6 +293,8 @@ class _Staging:
             )
         if facts.messages == 0:
             findings.append(Finding(code=ReasonCode.NO_MESSAGES, detail="the file holds no messages"))
+        if self._digest_thread is not None:
+            self._digest_thread.drain()
         topics = []
         for name, acc in self._topics.items():
             readers = [self._stamps[c] for c in acc.channel_ids]

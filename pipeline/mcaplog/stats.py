@@ -7,7 +7,9 @@ import json
 import math
 import re
 from array import array
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,16 @@ STAMP_PROBE_MESSAGES = 3
 JSON_CONFIRM_MESSAGES = 8
 JSON_FULL_DECODE_EVERY = 50
 _DIGEST_MOD = 2**128
+# Content digests hash every payload byte (camera frames: about half of a robot log's read time), so the
+# big payloads are hashed on a helper thread while the reader decompresses and CRCs the next chunk
+# (hashlib releases the GIL from 2 KiB on). Joint states and actions (hundreds of bytes) hash in about a
+# microsecond, less than handing them over costs; 16 KiB is far above those and below any camera frame.
+THREADED_DIGEST_MIN_BYTES = 16 << 10
+# Payload bytes per batch handed to the digest thread, and batches queued before the reader waits for it:
+# bounds the payloads kept alive for hashing to about (1 + 4) x 1 MiB, whatever the file's size. Batches
+# of 0.5-8 MiB measured alike on robot logs; small ones keep the payloads in cache between the threads.
+DIGEST_BATCH_BYTES = 1 << 20
+DIGEST_BATCHES_QUEUED = 4
 
 
 class StampReader:
@@ -106,10 +118,85 @@ class StampReader:
         return None
 
 
-class TopicAccumulator:
-    """Everything measured about one topic during the pass; :meth:`finish` turns it into stats."""
+def message_digest(log_time: int, data: bytes) -> int:
+    """One message's share of its topic's content digest (the digest is the sum of these, mod 2**128)."""
+    h = hashlib.blake2b(log_time.to_bytes(8, "little"), digest_size=16)
+    h.update(data)
+    return int.from_bytes(h.digest(), "little")
 
-    def __init__(self, topic: str, channel: Channel, schema: Schema | None, *, digest: bool) -> None:
+
+def _digest_batch(batch: list[tuple[TopicAccumulator, int, bytes]]) -> dict[TopicAccumulator, int]:
+    """Per-topic sums of a batch's message digests (runs on the digest thread; touches no accumulator)."""
+    sums: dict[TopicAccumulator, int] = {}
+    for acc, log_time, data in batch:
+        sums[acc] = sums.get(acc, 0) + message_digest(log_time, data)
+    return sums
+
+
+class DigestThread:
+    """Hashes big payloads for :class:`TopicAccumulator` content digests on one helper thread.
+
+    Only the reading thread touches the accumulators: the helper returns per-topic partial sums, which
+    :meth:`drain` (or the queue bound) adds in. The sum is order-independent, so the digests are exactly
+    those of hashing inline. Call :meth:`drain` before :meth:`TopicAccumulator.finish`, and :meth:`close`
+    in any case (it drops what is still queued).
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcap-digest")
+        self._batch: list[tuple[TopicAccumulator, int, bytes]] = []
+        self._batch_bytes = 0
+        self._queued: deque[Future[dict[TopicAccumulator, int]]] = deque()
+
+    def add(self, acc: TopicAccumulator, log_time: int, data: bytes) -> None:
+        self._batch.append((acc, log_time, data))
+        self._batch_bytes += len(data)
+        if self._batch_bytes >= DIGEST_BATCH_BYTES:
+            self._submit()
+            while len(self._queued) > DIGEST_BATCHES_QUEUED:
+                self._take(self._queued.popleft())
+
+    def drain(self) -> None:
+        """Wait for every payload handed over so far and add its digest to its topic."""
+        self._submit()
+        while self._queued:
+            self._take(self._queued.popleft())
+
+    def close(self) -> None:
+        for future in self._queued:
+            future.cancel()
+        self._queued.clear()
+        self._batch = []
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _submit(self) -> None:
+        if self._batch:
+            self._queued.append(self._pool.submit(_digest_batch, self._batch))
+            self._batch = []
+            self._batch_bytes = 0
+
+    @staticmethod
+    def _take(future: Future[dict[TopicAccumulator, int]]) -> None:
+        for acc, part in future.result().items():
+            acc.add_digest(part)
+
+
+class TopicAccumulator:
+    """Everything measured about one topic during the pass; :meth:`finish` turns it into stats.
+
+    With ``digest``, payloads of :data:`THREADED_DIGEST_MIN_BYTES` or more are hashed on ``digest_thread``
+    when one is given (it must be drained before :meth:`finish`), the others inline.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        channel: Channel,
+        schema: Schema | None,
+        *,
+        digest: bool,
+        digest_thread: DigestThread | None = None,
+    ) -> None:
         self.topic = topic
         self.channel_ids: list[int] = [channel.id]
         self.message_encoding = channel.message_encoding
@@ -129,6 +216,7 @@ class TopicAccumulator:
         self.stamp_field: str | None = None
         self.decode_errors = 0
         self._digest = 0 if digest else None
+        self._digest_thread = digest_thread
 
     def add(self, log_time: int, data: bytes) -> None:
         self.log_times.append(log_time)
@@ -142,9 +230,15 @@ class TopicAccumulator:
         self._last = log_time
         if self._digest is not None:
             # A sum of per-message hashes: independent of order, so re-chunked messages give the same digest.
-            h = hashlib.blake2b(log_time.to_bytes(8, "little"), digest_size=16)
-            h.update(data)
-            self._digest = (self._digest + int.from_bytes(h.digest(), "little")) % _DIGEST_MOD
+            if self._digest_thread is not None and len(data) >= THREADED_DIGEST_MIN_BYTES:
+                self._digest_thread.add(self, log_time, data)
+            else:
+                self._digest = (self._digest + message_digest(log_time, data)) % _DIGEST_MOD
+
+    def add_digest(self, part: int) -> None:
+        """Add a partial sum of message digests computed elsewhere (see :class:`DigestThread`)."""
+        assert self._digest is not None
+        self._digest = (self._digest + part) % _DIGEST_MOD
 
     def add_stamp(self, log_time: int, stamp: int) -> None:
         skew = log_time - stamp

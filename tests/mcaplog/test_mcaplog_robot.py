@@ -21,6 +21,7 @@ from mcaplog_helpers import (
 
 from pipeline.enums import ReasonCode
 from pipeline.mcaplog import FindingThresholds, iter_messages, probe_structure, read_log
+from pipeline.mcaplog.stats import THREADED_DIGEST_MIN_BYTES, message_digest
 
 RobotLog = Callable[..., tuple[Path, dict[str, int]]]
 FRONT = "/cam/front/h264"
@@ -197,3 +198,16 @@ def test_content_digest_ignores_chunking_but_not_content(robot_log: RobotLog) ->
     assert digests[0] == digests[1]
     assert digests[0][FRONT] != digests[2][FRONT]
     assert read_log(small).topic(FRONT).content_digest is None  # type: ignore[union-attr]
+
+
+def test_big_payloads_hashed_off_thread_give_the_digest_of_every_message(robot_log: RobotLog) -> None:
+    # 40 kB frames: above THREADED_DIGEST_MIN_BYTES, so the cameras are hashed on the digest thread, in
+    # batches of DIGEST_BATCH_BYTES, while the small state messages are hashed inline
+    path, _ = robot_log(frame_bytes=40_000)
+    assert THREADED_DIGEST_MIN_BYTES <= 40_000
+    expected: dict[str, int] = {}
+    for _, channel, message in iter_messages(path, log_time_order=False):
+        part = message_digest(message.log_time, message.data)
+        expected[channel.topic] = (expected.get(channel.topic, 0) + part) % 2**128
+    got = {t.topic: t.content_digest for t in read_log(path, content_digest=True).topics}
+    assert got == {topic: f"{value:032x}" for topic, value in expected.items()}
