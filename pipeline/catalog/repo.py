@@ -21,9 +21,11 @@ from pipeline.catalog.outputs import (
 )
 from pipeline.catalog.runs import (
     FINAL_STEP_STATUSES,
+    CheckRow,
     StepRunRef,
     finish_pipeline_run,
     record_check,
+    record_checks,
     record_step_run,
     start_pipeline_run,
     step_status,
@@ -50,6 +52,7 @@ from pipeline.catalog.sources import (
 __all__ = [
     "EPISODE_METADATA",
     "FINAL_STEP_STATUSES",
+    "CheckRow",
     "EpisodeRef",
     "SourceFileRef",
     "StepRunRef",
@@ -67,6 +70,7 @@ __all__ = [
     "record_annotation",
     "record_artifact",
     "record_check",
+    "record_checks",
     "record_manifest",
     "record_shard",
     "record_step_run",

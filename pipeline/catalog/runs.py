@@ -186,6 +186,17 @@ def step_status(
     return None if status is None else StepStatus(status)
 
 
+class CheckRow(NamedTuple):
+    """One gate check's result, as :func:`record_checks` stores it."""
+
+    check_name: str
+    status: CheckStatus | str
+    observed: Mapping[str, Any] | None = None
+    reason: ReasonCode | str | None = None
+    severity: Severity | str | None = None
+    detail: str | None = None
+
+
 def record_check(
     session: Session,
     *,
@@ -201,17 +212,49 @@ def record_check(
     pipeline_run_id: int | None = None,
 ) -> int:
     """Record one gate check on an episode under a config (a re-evaluation overwrites); returns its id."""
-    ins = insert(table_of(CheckResult)).values(
+    row = CheckRow(check_name, status, observed, reason, severity, detail)
+    return record_checks(
+        session,
         episode_id=episode_id,
-        gate=v.member(Gate, gate, "gate").value,
-        check_name=v.nonempty(check_name, "check name"),
-        config_hash=v.nonempty(config_hash, "config hash"),
-        status=v.member(CheckStatus, status, "check status").value,
-        observed=null() if observed is None else dict(observed),  # SQL NULL, not JSON null
-        reason=v.optional_member(ReasonCode, reason, "reason code"),
-        severity=v.optional_member(Severity, severity, "severity"),
-        detail=detail,
+        gate=gate,
+        config_hash=config_hash,
+        checks=[row],
         pipeline_run_id=pipeline_run_id,
+    )[check_name]
+
+
+def record_checks(
+    session: Session,
+    *,
+    episode_id: int,
+    gate: Gate | str,
+    config_hash: str,
+    checks: Sequence[CheckRow],
+    pipeline_run_id: int | None = None,
+) -> dict[str, int]:
+    """Record a gate's checks on an episode in one statement (a re-evaluation overwrites); returns the id of
+    each check by name. A name given twice keeps its last row, as recording them one by one would."""
+    last = {c.check_name: c for c in checks}
+    if not last:
+        return {}
+    gate_value = v.member(Gate, gate, "gate").value
+    config_hash = v.nonempty(config_hash, "config hash")
+    ins = insert(table_of(CheckResult)).values(
+        [
+            {
+                "episode_id": episode_id,
+                "gate": gate_value,
+                "check_name": v.nonempty(c.check_name, "check name"),
+                "config_hash": config_hash,
+                "status": v.member(CheckStatus, c.status, "check status").value,
+                "observed": null() if c.observed is None else dict(c.observed),  # SQL NULL, not JSON null
+                "reason": v.optional_member(ReasonCode, c.reason, "reason code"),
+                "severity": v.optional_member(Severity, c.severity, "severity"),
+                "detail": c.detail,
+                "pipeline_run_id": pipeline_run_id,
+            }
+            for c in last.values()
+        ]
     )
     new = ins.excluded
     stmt = ins.on_conflict_do_update(
@@ -230,5 +273,5 @@ def record_check(
             "pipeline_run_id": func.coalesce(new.pipeline_run_id, CheckResult.pipeline_run_id),
             "checked_at": func.now(),
         },
-    ).returning(CheckResult.id)
-    return session.execute(stmt).scalar_one()
+    ).returning(CheckResult.check_name, CheckResult.id)
+    return {name: id_ for name, id_ in session.execute(stmt).all()}

@@ -2,7 +2,7 @@
 
 Robot episodes get :func:`pipeline.transcode.postgate.check_episode`, video clips
 :func:`pipeline.transcode.clipgate.check_clips`. Every check is recorded with
-``record_check(gate=quality_post)``; a failed one quarantines the derived output: a ``QUARANTINED.json``
+``record_checks(gate=quality_post)``; a failed one quarantines the derived output: a ``QUARANTINED.json``
 beside it says why (readers and later steps skip it) and the episode's state becomes ``quarantined`` with
 the reasons added to the pre-gate's. The raw file is never touched, nor is the output deleted: it is
 evidence.
@@ -111,7 +111,7 @@ class QualityPostStep(Step):
 
     def _record(self, episode_id: int, outcomes: list[CheckOutcome], store: Store, key: str) -> StepResult:
         from pipeline.catalog import make_session_factory, session_scope
-        from pipeline.catalog.runs import record_check
+        from pipeline.catalog.runs import CheckRow, record_checks
         from pipeline.catalog.sources import set_episode_state
         from pipeline.enums import FileState
 
@@ -121,19 +121,23 @@ class QualityPostStep(Step):
         if failed:
             self._quarantine(store, key, failed, reasons)
         with session_scope(make_session_factory(self.ctx.engine)) as session:
-            for o in outcomes:
-                record_check(
-                    session,
-                    episode_id=episode_id,
-                    gate=Gate.POST,
-                    check_name=o.name,
-                    config_hash=self.config_hash,
-                    status=o.status,
-                    observed=o.observed,
-                    reason=o.reason,
-                    severity=REASON_SEVERITY[o.reason] if o.reason else None,
-                    detail=o.detail,
-                )
+            record_checks(
+                session,
+                episode_id=episode_id,
+                gate=Gate.POST,
+                config_hash=self.config_hash,
+                checks=[
+                    CheckRow(
+                        o.name,
+                        o.status,
+                        o.observed,
+                        o.reason,
+                        REASON_SEVERITY[o.reason] if o.reason else None,
+                        o.detail,
+                    )
+                    for o in outcomes
+                ],
+            )
             if failed:
                 detail = "; ".join(f"{o.name}: {o.detail}" for o in failed)
                 set_episode_state(

@@ -244,7 +244,7 @@ class QualityPreStep(Step):
         from sqlalchemy import func, select
 
         from pipeline.catalog import make_session_factory, session_scope
-        from pipeline.catalog.runs import record_check
+        from pipeline.catalog.runs import CheckRow, record_checks
         from pipeline.catalog.sources import record_streams, set_episode_metadata, set_episode_state
         from pipeline.quality.pregate import CheckOutcome, decide, failed_outcome
 
@@ -267,28 +267,19 @@ class QualityPreStep(Step):
             if streams:
                 record_streams(session, episode_id, streams)
             set_episode_metadata(session, episode_id, **metadata, content_fingerprint=fingerprint)
-            record_check(
+            record_checks(
                 session,
                 episode_id=episode_id,
                 gate=Gate.PRE,
-                check_name="probe",
                 config_hash=self.config_hash,
-                status=CheckStatus.PASSED,
-                observed=report,
+                checks=[
+                    CheckRow("probe", CheckStatus.PASSED, report),
+                    *(
+                        CheckRow(o.name, o.status, dict(o.observed), o.reason, o.severity, o.detail)
+                        for o in outcomes
+                    ),
+                ],
             )
-            for o in outcomes:
-                record_check(
-                    session,
-                    episode_id=episode_id,
-                    gate=Gate.PRE,
-                    check_name=o.name,
-                    config_hash=self.config_hash,
-                    status=o.status,
-                    observed=dict(o.observed),
-                    reason=o.reason,
-                    severity=o.severity,
-                    detail=o.detail,
-                )
             set_episode_state(
                 session, episode_id, verdict.state, reasons=verdict.reasons, detail=verdict.detail
             )

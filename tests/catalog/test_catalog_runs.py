@@ -144,6 +144,41 @@ def test_record_check_overwrites_a_reevaluation(writer_session: Session, episode
         repo.record_check(writer_session, **{**key, "gate": "quality_mid"}, status="passed")
 
 
+def test_record_checks_writes_a_gate_in_one_statement_and_overwrites_like_record_check(
+    writer_session: Session, episode_id: int
+) -> None:
+    key = {"episode_id": episode_id, "gate": "quality_pre", "config_hash": "q1"}
+    first = repo.record_checks(
+        writer_session,
+        **key,
+        checks=[
+            repo.CheckRow("probe", "passed", {"messages": 10}),
+            repo.CheckRow("crc", "failed", {"bad_chunks": 2}, "crc_mismatch", "quarantine", "2 chunks"),
+            repo.CheckRow("gaps", "warned", None, "gap_rate_high", "flag"),
+        ],
+    )
+    assert sorted(first) == ["crc", "gaps", "probe"]
+    # a re-evaluation overwrites each row in place; a name given twice keeps its last row
+    again = repo.record_checks(
+        writer_session,
+        **key,
+        checks=[repo.CheckRow("crc", "failed", None, "crc_mismatch"), repo.CheckRow("crc", "passed")],
+    )
+    assert again == {"crc": first["crc"]}
+    rows = {
+        r.check_name: r
+        for r in writer_session.execute(sa.select(CheckResult).execution_options(populate_existing=True))
+        .scalars()
+        .all()
+    }
+    assert (rows["crc"].status, rows["crc"].reason, rows["crc"].detail) == ("passed", None, None)
+    assert (rows["gaps"].status, rows["gaps"].severity) == ("warned", "flag")
+    assert rows["probe"].observed == {"messages": 10}
+    assert repo.record_checks(writer_session, **key, checks=[]) == {}
+    with pytest.raises(UnknownChoiceError, match="check status 'fine'"):
+        repo.record_checks(writer_session, **key, checks=[repo.CheckRow("probe", "fine")])
+
+
 def test_session_scope_turns_connection_faults_into_database_errors() -> None:
     engine = repo.make_engine("postgresql+psycopg2://nobody:secret@127.0.0.1:1/none")
     factory: sessionmaker[Session] = repo.make_session_factory(engine)
