@@ -14,10 +14,31 @@ Two families matter to the orchestrator:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any, Self
 
 
 class SluiceError(Exception):
-    """Root of every error Sluice raises on purpose."""
+    """Root of every error Sluice raises on purpose.
+
+    Errors cross process boundaries (a camera encode in a process pool, a Ray task), so they must pickle.
+    Python pickles an exception as ``type(e)(*e.args)``, and ``args`` holds the formatted message, not what
+    the constructor took; the arguments are kept here instead, so that every subclass comes back whole.
+    """
+
+    _init_arguments: tuple[tuple[Any, ...], dict[str, Any]]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        self = super().__new__(cls, *args)
+        self._init_arguments = (args, kwargs)
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args, kwargs = self._init_arguments
+        return (_rebuild, (type(self), args, kwargs), self.__dict__)
+
+
+def _rebuild(cls: type[SluiceError], args: tuple[Any, ...], kwargs: dict[str, Any]) -> SluiceError:
+    return cls(*args, **kwargs)
 
 
 class ConfigError(SluiceError):
