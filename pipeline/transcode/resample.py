@@ -17,6 +17,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from pipeline.enums import ReasonCode
+from pipeline.transcode.errors import TranscodeInputError
+
 Method = Literal["linear", "previous"]
 
 #: Fields that are discrete in meaning even when sent as floats: the gripper is open or closed.
@@ -54,29 +57,50 @@ def clean_series(series: Series) -> Series:
     return Series(series.topic, series.stamps_ns[idx], [series.records[i] for i in idx], series.stamp_field)
 
 
-def field_methods(records: Sequence[Mapping[str, Any]], stamp_field: str | None) -> dict[str, Method]:
-    """The interpolation of each field of a stream (the stamp field itself is replaced by the grid time)."""
-    first = records[0]
+def field_methods(
+    records: Sequence[Mapping[str, Any]], stamp_field: str | None, topic: str = "stream"
+) -> dict[str, Method]:
+    """The interpolation of each field of a stream (the stamp field itself is replaced by the grid time).
+
+    A field is ``linear`` when every record holds a number there (or a list of numbers of one length) and
+    at least one of them is a float, judged over all records: JSON writers print 0.0 as ``0``, so a joint
+    whose first sample is exactly zero would otherwise be held step-wise. Fields named in
+    :data:`PREVIOUS_VALUE_FIELDS` and any other value hold the previous sample. A field missing from a
+    record, or a numeric vector that changes length, raises :class:`TranscodeInputError` (``schema_drift``).
+    """
     methods: dict[str, Method] = {}
-    for name, value in first.items():
+    for name in records[0]:
         if name == stamp_field:
             continue
-        methods[name] = (
-            "linear" if name not in PREVIOUS_VALUE_FIELDS and _is_float_like(value) else "previous"
-        )
+        values = []
+        for i, record in enumerate(records):
+            if name not in record:
+                raise TranscodeInputError(
+                    ReasonCode.SCHEMA_DRIFT, f"{topic}: record {i} has no field {name!r} (record 0 has)"
+                )
+            values.append(record[name])
+        numeric = _numeric_with_float(values, f"{topic}.{name}")
+        methods[name] = "linear" if name not in PREVIOUS_VALUE_FIELDS and numeric else "previous"
     return methods
 
 
-def _is_float_like(value: Any) -> bool:
-    if isinstance(value, bool):
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _numeric_with_float(values: Sequence[Any], what: str) -> bool:
+    """True when ``values`` are all numbers, or all lists of numbers of one length, and any is a float."""
+    if all(_number(v) for v in values):
+        return any(isinstance(v, float) for v in values)
+    if not all(isinstance(v, list) and v and all(_number(x) for x in v) for v in values):
         return False
-    if isinstance(value, float):
-        return True
-    if isinstance(value, list) and value:
-        return all(isinstance(v, float | int) and not isinstance(v, bool) for v in value) and any(
-            isinstance(v, float) for v in value
+    lengths = {len(v) for v in values}
+    if len(lengths) > 1:
+        raise TranscodeInputError(
+            ReasonCode.SCHEMA_DRIFT,
+            f"{what}: a numeric vector of {sorted(lengths)} elements from record to record",
         )
-    return False
+    return any(isinstance(x, float) for v in values for x in v)
 
 
 def grid(series: Sequence[Series], rate_hz: float) -> np.ndarray:
@@ -124,7 +148,7 @@ def interpolate(
 def resample(series: Series, at_ns: np.ndarray) -> Resampled:
     """``series`` on the grid ``at_ns``: one record per instant, the stamp field set to the instant."""
     series = clean_series(series)
-    methods = field_methods(series.records, series.stamp_field)
+    methods = field_methods(series.records, series.stamp_field, series.topic)
     values = interpolate(series, at_ns, methods)
     rounded = {
         k: np.round(v, RESAMPLE_DECIMALS).tolist() if isinstance(v, np.ndarray) else v

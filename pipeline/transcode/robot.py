@@ -113,10 +113,15 @@ def transcode_episode(
     if executor is not None:
         hands = deal(range(len(jobs)), _workers(executor_workers, len(jobs)))
         futures = [executor.submit(encode_cameras, [jobs[k] for k in hand]) for hand in hands]
-        resampled = _resample(episode, config.options.resample_rate_hz)  # while the cameras encode
-        done: dict[int, EncodedCamera] = {}
-        for hand, future in zip(hands, futures, strict=True):
-            done.update(zip(hand, future.result(), strict=True))
+        try:
+            resampled = _resample(episode, config.options.resample_rate_hz)  # while the cameras encode
+            done: dict[int, EncodedCamera] = {}
+            for hand, future in zip(hands, futures, strict=True):
+                done.update(zip(hand, future.result(), strict=True))
+        except BaseException:
+            for future in futures:  # the episode has failed: free the shared pool for the next one
+                future.cancel()
+            raise
         encoded = [done[k] for k in range(len(jobs))]
     else:
         encoded = [encode_camera(job) for job in jobs]
@@ -269,7 +274,7 @@ def _write(
                 {
                     layout.GROUP_KEY: layout.GROUP_PROPRIO,
                     layout.SOURCE_TOPIC_KEY: r.topic,
-                    layout.RESAMPLE_RATE_KEY: f"{options.resample_rate_hz:g}",
+                    layout.RESAMPLE_RATE_KEY: repr(options.resample_rate_hz),  # round-trips exactly
                     layout.INTERPOLATION_KEY: json.dumps(r.methods, sort_keys=True),
                 },
             )
@@ -330,7 +335,7 @@ def _write_metadata(
         "max_pixels": str(config.options.max_pixels),
         "resample_rate_hz": ""
         if config.options.resample_rate_hz is None
-        else f"{config.options.resample_rate_hz:g}",
+        else repr(config.options.resample_rate_hz),
         "interpolation": json.dumps(
             {layout.resampled_topic(r.topic): r.methods for r in resampled}, sort_keys=True
         ),

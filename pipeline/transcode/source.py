@@ -130,6 +130,12 @@ def read_source(path: Path, contract: TopicContract, truth: StampSource) -> Sour
                 record = json.loads(message.data)
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise TranscodeInputError(ReasonCode.DECODE_ERROR, f"{topic}: {exc}") from None
+            if not isinstance(record, dict):
+                raise TranscodeInputError(
+                    ReasonCode.DECODE_ERROR,
+                    f"{topic}: the message at log time {message.log_time} is a JSON "
+                    f"{type(record).__name__}, not an object of fields",
+                )
             value = record.get(spec.stamp_field) if spec.stamp_field else None
             decoded = value if isinstance(value, int) and not isinstance(value, bool) else None
             stamps, records = series_data[topic]

@@ -93,7 +93,7 @@ def test_state_and_actions_are_on_the_fixed_rate_grid_with_native_streams_kept(
         methods = json.loads(channel.metadata["sluice.interpolation"])
         assert methods["gripper"] == "previous"
         assert methods["position" if "joint_states" in topic else "joint_targets"] == "linear"
-        assert channel.metadata["sluice.resample_rate_hz"] == "50"
+        assert channel.metadata["sluice.resample_rate_hz"] == "50.0"
     assert len(by_topic["/robot/joint_states/resampled"]) == len(by_topic["/robot/action/resampled"])
     for series in (*source.state, *source.actions):
         assert len(by_topic[series.topic]) == len(series.stamps_ns)  # native stream kept whole
