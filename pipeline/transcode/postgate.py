@@ -237,7 +237,13 @@ def _video_checks(
                 ),
             )
         # GOP audit: bitstream letters in display order against the profile's pattern
-        letters = [frame_letter(access_unit_info(u)) for u in got.units]
+        try:
+            letters = [frame_letter(access_unit_info(u)) for u in got.units]
+        except (ValueError, IndexError) as exc:  # a unit without a (whole) slice: judged, not raised
+            failures.setdefault(
+                "gop", (ReasonCode.GOP_MISMATCH, f"camera {camera.name}: unreadable access unit: {exc}")
+            )
+            continue
         shown = "".join(letters[i] for i in display)
         expected = expected_letters(n, settings)
         decoder_says = "".join(pict_types.get(i, "?")[:1] for i in display)
