@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -222,6 +222,30 @@ def _json_bytes(record: dict[str, Any]) -> bytes:
     return json.dumps(record, separators=(",", ":")).encode()
 
 
+class _Unit(NamedTuple):
+    """Messages written together: one camera's GOP, one resampled record or one native message."""
+
+    group_order: int
+    time_ns: int
+    seq: int  # the order units were added in: equal times keep it
+    group: str
+    messages: list[OutMessage]
+
+
+class _Units:
+    """The episode's units in write order: group by group in :data:`layout.FILE_ORDER` (each group's chunks
+    contiguous), time-major inside a group."""
+
+    def __init__(self) -> None:
+        self._items: list[_Unit] = []
+
+    def add(self, time_ns: int, group: str, messages: list[OutMessage]) -> None:
+        self._items.append(_Unit(_GROUP_ORDER[group], time_ns, len(self._items), group, messages))
+
+    def in_write_order(self) -> list[_Unit]:
+        return sorted(self._items, key=lambda u: (u.group_order, u.time_ns, u.seq))
+
+
 def _write(
     path: Path,
     episode: SourceEpisode,
@@ -230,6 +254,7 @@ def _write(
     config: RobotTranscodeConfig,
     provenance: Provenance,
 ) -> tuple[dict[str, int], dict[str, int]]:
+    """Write the episode to ``path``; returns the message count per topic and the chunk count per group."""
     options = config.options
     targets = options.chunk_target_bytes
     groups = {
@@ -239,79 +264,106 @@ def _write(
         layout.GROUP_NATIVE: GroupSpec(int(targets.proprio), options.compression.proprio),
     }
     counts: dict[str, int] = {}
-    units: list[tuple[int, int, int, str, list[OutMessage]]] = []
-
-    def unit(time_ns: int, group: str, messages: list[OutMessage]) -> None:
-        units.append((_GROUP_ORDER[group], time_ns, len(units), group, messages))
-
+    units = _Units()
     with open(path, "wb") as fh:
         writer = GroupedWriter(fh, groups, library=layout.LIBRARY)
         writer.start()
         _write_metadata(writer, episode, encoded, resampled, config, provenance)
-        video_schema = register_schema(writer.writer, CompressedVideo)
-        for src, cam in zip(episode.cameras, encoded, strict=True):
-            channel = writer.register_channel(
-                src.topic,
-                "protobuf",
-                video_schema,
-                {layout.GROUP_KEY: layout.GROUP_CAMERAS, layout.SOURCE_TOPIC_KEY: src.topic},
-            )
-            counts[src.topic] = len(cam.units)
-            for _, messages in sorted(_camera_units(src, cam, channel, options.gop_frames).items()):
-                unit(min(m.log_time for m in messages), layout.GROUP_CAMERAS, messages)
-        schema_ids: dict[str, int] = {}
-        for topic, schema in episode.schemas.items():
-            schema_ids[topic] = (
-                0 if schema is None else writer.register_schema(schema.name, schema.encoding, schema.data)
-            )
-        for r in resampled:
-            source_channel = episode.channels[r.topic]
-            topic = layout.resampled_topic(r.topic)
-            channel = writer.register_channel(
-                topic,
-                source_channel.message_encoding,
-                schema_ids[r.topic],
-                {
-                    layout.GROUP_KEY: layout.GROUP_PROPRIO,
-                    layout.SOURCE_TOPIC_KEY: r.topic,
-                    layout.RESAMPLE_RATE_KEY: repr(options.resample_rate_hz),  # round-trips exactly
-                    layout.INTERPOLATION_KEY: json.dumps(r.methods, sort_keys=True),
-                },
-            )
-            counts[topic] = len(r.records)
-            for seq, (stamp, record) in enumerate(zip(r.stamps_ns.tolist(), r.records, strict=True)):
-                unit(
-                    stamp, layout.GROUP_PROPRIO, [OutMessage(channel, stamp, stamp, _json_bytes(record), seq)]
-                )
-        native_ids: dict[str, int] = {}
-        for topic, source_channel in episode.channels.items():
-            if topic in {c.topic for c in episode.cameras}:
-                continue
-            native_ids[topic] = writer.register_channel(
-                topic,
-                source_channel.message_encoding,
-                schema_ids.get(topic, 0),
-                {**source_channel.metadata, layout.GROUP_KEY: layout.GROUP_NATIVE},
-            )
-        for m in episode.native:
-            counts[m.topic] = counts.get(m.topic, 0) + 1
-            unit(
-                m.log_time,
-                layout.GROUP_NATIVE,
-                [OutMessage(native_ids[m.topic], m.log_time, m.publish_time, m.data, m.sequence)],
-            )
-        units.sort(key=lambda u: u[:3])
+        _add_cameras(writer, episode, encoded, options.gop_frames, units, counts)
+        schema_ids = {
+            topic: 0 if schema is None else writer.register_schema(schema.name, schema.encoding, schema.data)
+            for topic, schema in episode.schemas.items()
+        }
+        _add_resampled(writer, episode, resampled, schema_ids, options.resample_rate_hz, units, counts)
+        _add_native(writer, episode, schema_ids, units, counts)
         previous = None
-        for _, _, _, group, messages in units:
-            if previous is not None and group != previous:
+        for u in units.in_write_order():
+            if previous is not None and u.group != previous:
                 writer.close_group(previous)
-            writer.add(group, messages)
-            previous = group
+            writer.add(u.group, u.messages)
+            previous = u.group
         writer.finish()
     chunks: dict[str, int] = {}
     for chunk in writer.chunks:
         chunks[chunk.group] = chunks.get(chunk.group, 0) + 1
     return counts, chunks
+
+
+def _add_cameras(
+    writer: GroupedWriter,
+    episode: SourceEpisode,
+    encoded: Sequence[EncodedCamera],
+    gop_frames: int,
+    units: _Units,
+    counts: dict[str, int],
+) -> None:
+    """A ``foxglove.CompressedVideo`` channel per camera; a unit per camera per GOP."""
+    video_schema = register_schema(writer.writer, CompressedVideo)
+    for src, cam in zip(episode.cameras, encoded, strict=True):
+        channel = writer.register_channel(
+            src.topic,
+            "protobuf",
+            video_schema,
+            {layout.GROUP_KEY: layout.GROUP_CAMERAS, layout.SOURCE_TOPIC_KEY: src.topic},
+        )
+        counts[src.topic] = len(cam.units)
+        for _, messages in sorted(_camera_units(src, cam, channel, gop_frames).items()):
+            units.add(min(m.log_time for m in messages), layout.GROUP_CAMERAS, messages)
+
+
+def _add_resampled(
+    writer: GroupedWriter,
+    episode: SourceEpisode,
+    resampled: Sequence[Resampled],
+    schema_ids: dict[str, int],
+    rate_hz: float | None,
+    units: _Units,
+    counts: dict[str, int],
+) -> None:
+    """A channel per resampled stream (rate and interpolation in its metadata); a unit per record."""
+    for r in resampled:
+        source_channel = episode.channels[r.topic]
+        topic = layout.resampled_topic(r.topic)
+        channel = writer.register_channel(
+            topic,
+            source_channel.message_encoding,
+            schema_ids[r.topic],
+            {
+                layout.GROUP_KEY: layout.GROUP_PROPRIO,
+                layout.SOURCE_TOPIC_KEY: r.topic,
+                layout.RESAMPLE_RATE_KEY: repr(rate_hz),  # round-trips exactly
+                layout.INTERPOLATION_KEY: json.dumps(r.methods, sort_keys=True),
+            },
+        )
+        counts[topic] = len(r.records)
+        for seq, (stamp, record) in enumerate(zip(r.stamps_ns.tolist(), r.records, strict=True)):
+            message = OutMessage(channel, stamp, stamp, _json_bytes(record), seq)
+            units.add(stamp, layout.GROUP_PROPRIO, [message])
+
+
+def _add_native(
+    writer: GroupedWriter,
+    episode: SourceEpisode,
+    schema_ids: dict[str, int],
+    units: _Units,
+    counts: dict[str, int],
+) -> None:
+    """Every source stream but the cameras, copied as it is (channel metadata kept); a unit per message."""
+    camera_topics = {c.topic for c in episode.cameras}
+    native_ids = {
+        topic: writer.register_channel(
+            topic,
+            source_channel.message_encoding,
+            schema_ids.get(topic, 0),
+            {**source_channel.metadata, layout.GROUP_KEY: layout.GROUP_NATIVE},
+        )
+        for topic, source_channel in episode.channels.items()
+        if topic not in camera_topics
+    }
+    for m in episode.native:
+        counts[m.topic] = counts.get(m.topic, 0) + 1
+        message = OutMessage(native_ids[m.topic], m.log_time, m.publish_time, m.data, m.sequence)
+        units.add(m.log_time, layout.GROUP_NATIVE, [message])
 
 
 def _write_metadata(
