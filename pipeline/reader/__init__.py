@@ -22,7 +22,7 @@ from pipeline.reader.loader import (
     SampleReadError,
     UnsupportedRowsError,
 )
-from pipeline.reader.sample import CameraFrame, EpisodeReader, Sample, open_episode
+from pipeline.reader.sample import CameraFrame, EpisodeReader, FrameDecodeError, Sample, open_episode
 
 __all__ = [
     "CameraFrame",
@@ -30,6 +30,7 @@ __all__ = [
     "EpisodeIndexError",
     "EpisodeReader",
     "EpisodeRow",
+    "FrameDecodeError",
     "LoaderArgumentError",
     "LoaderClosedError",
     "ReadCounters",

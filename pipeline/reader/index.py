@@ -14,9 +14,11 @@ import struct
 from dataclasses import dataclass, field
 from typing import IO
 
+from mcap.exceptions import McapError
 from mcap.reader import make_reader
 from mcap.records import Channel, ChunkIndex
 
+from pipeline.enums import ReasonCode
 from pipeline.errors import InputError
 from pipeline.transcode import layout
 
@@ -33,7 +35,8 @@ class EpisodeIndexError(InputError):
     """The file is not a readable transcoded episode (no chunk index, no frame table...)."""
 
     def __init__(self, source: str, problem: str) -> None:
-        super().__init__("container_error", f"{source}: {problem}")
+        self.source = source
+        super().__init__(ReasonCode.CONTAINER_ERROR.value, f"{source}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,19 @@ class CameraTable:
 
 
 @dataclass
+class _TopicTimes:
+    """One topic's messages ordered by log time: ``order[k]`` is the position in ``by_topic`` of the
+    message with the k-th smallest log time ``log_times[k]``."""
+
+    order: list[int]
+    log_times: list[int]
+
+
+@dataclass
 class EpisodeIndex:
+    """Where everything of one episode is. ``by_topic`` lists each topic's messages in file order; treat
+    it as read-only (:meth:`window` searches a log-time ordering of it made once)."""
+
     source: str
     chunks: list[ChunkInfo]
     channels: dict[int, Channel]
@@ -104,18 +119,57 @@ class EpisodeIndex:
     cameras: dict[str, CameraTable]
     metadata: dict[str, dict[str, str]]
     proprio_topics: list[str]
+    _times: dict[str, _TopicTimes] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _span_ns: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for topic, locations in self.by_topic.items():
+            order = sorted(range(len(locations)), key=lambda k: locations[k].log_time)
+            self._times[topic] = _TopicTimes(order, [locations[k].log_time for k in order])
 
     @property
     def start_ns(self) -> int:
-        return min(c.display_pts[0] for c in self.cameras.values())
+        """The first frame's presentation stamp; without camera frames, the first state/action message's
+        log time (see :meth:`span_ns`)."""
+        return self.span_ns()[0]
 
     @property
     def end_ns(self) -> int:
-        return max(c.display_pts[-1] for c in self.cameras.values())
+        """The last frame's presentation stamp; without camera frames, the last state/action message's."""
+        return self.span_ns()[1]
+
+    def span_ns(self) -> tuple[int, int]:
+        """(first, last) time of the episode: the cameras' frames when it has any, else the messages of
+        its state/action topics, else of any topic. Raises :class:`EpisodeIndexError` when it holds
+        nothing with a time."""
+        if self._span_ns is None:
+            shown = [c.display_pts for c in self.cameras.values() if c.display_pts]
+            if shown:
+                self._span_ns = (min(p[0] for p in shown), max(p[-1] for p in shown))
+            else:
+                self._span_ns = self._message_span_ns()
+        return self._span_ns
+
+    def _message_span_ns(self) -> tuple[int, int]:
+        for topics in (self.proprio_topics, list(self._times)):
+            times = [
+                self._times[t].log_times for t in topics if t in self._times and self._times[t].log_times
+            ]
+            if times:
+                return min(t[0] for t in times), max(t[-1] for t in times)
+        raise EpisodeIndexError(
+            self.source, "no camera frames and no messages: the episode has no time span to sample in"
+        )
 
     def window(self, topic: str, start_ns: int, end_ns: int) -> list[MessageLoc]:
         """Messages of ``topic`` with ``start_ns < log_time <= end_ns`` (file order)."""
-        return [m for m in self.by_topic.get(topic, []) if start_ns < m.log_time <= end_ns]
+        times = self._times.get(topic)
+        if times is None:
+            return []
+        first = bisect.bisect_right(times.log_times, start_ns)
+        last = bisect.bisect_right(times.log_times, end_ns)
+        locations = self.by_topic[topic]
+        return [locations[k] for k in sorted(times.order[first:last])]
 
 
 def _message_indexes(fh: IO[bytes], index: ChunkIndex) -> list[tuple[int, int, int]]:
@@ -140,8 +194,28 @@ def _message_indexes(fh: IO[bytes], index: ChunkIndex) -> list[tuple[int, int, i
     return out
 
 
+#: What a damaged or foreign file makes the MCAP reader and the record parsing raise: the mcap library's
+#: own errors, struct/index errors on short or garbled records, bad JSON or UTF-8 in the metadata
+#: (ValueError), missing keys or wrong types in the frame tables.
+_DAMAGE_ERRORS = (McapError, struct.error, EOFError, ValueError, KeyError, IndexError, TypeError)
+
+
 def build_index(fh: IO[bytes], source: str) -> EpisodeIndex:
-    """Read the summary, the message indexes and the metadata of an episode (one pass of small reads)."""
+    """Read the summary, the message indexes and the metadata of an episode (one pass of small reads).
+
+    Raises :class:`EpisodeIndexError` (reason ``container_error``) when ``fh`` is not a readable
+    transcoded episode: damaged, truncated, not MCAP, or missing the chunk index or frame tables. Errors of
+    the file object itself (``OSError``) are left as they are: the store, not the file, failed.
+    """
+    try:
+        return _build_index(fh, source)
+    except EpisodeIndexError:
+        raise
+    except _DAMAGE_ERRORS as exc:
+        raise EpisodeIndexError(source, f"damaged or not an MCAP episode: {exc!r}") from exc
+
+
+def _build_index(fh: IO[bytes], source: str) -> EpisodeIndex:
     reader = make_reader(fh)
     summary = reader.get_summary()
     if summary is None or not summary.chunk_indexes:

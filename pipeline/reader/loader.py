@@ -7,7 +7,7 @@ Usage from a training job (no Airflow, Ray or DuckDB is imported)::
 
     manifest = open_manifest(uri, rank=rank, world_size=world_size, cache_dir="/local/nvme/manifests")
     with SampleLoader(manifest, batch_size=32, workers=4, prefetch=4, seed=rank) as loader:
-        loader.open_readers()                       # optional warm-up: open every file on every thread
+        loader.open_readers()                       # optional warm-up: open files on every thread
         for step, batch in zip(range(steps), loader):
             ...  # batch: a list of Sample; batch.rows: the loader row each sample came from
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 SUPPORTED_SUFFIX = ".mcap"
 #: Rows named in an :class:`UnsupportedRowsError` message; the rest are counted.
 _ROWS_SHOWN = 5
+#: Readers each worker thread keeps open by default. Each holds a file handle, the episode's index and a
+#: decoder per camera; 64 per thread keeps a rank of 4-8 workers a few hundred descriptors below the
+#: common 1024 open-file limit while a manifest shard of a few dozen hot episodes never reopens a file.
+DEFAULT_MAX_OPEN_READERS = 64
 _loader_numbers = count()
 
 
@@ -128,10 +132,15 @@ class SampleLoader:
     paths, fsspec URLs (``file://...``), :class:`EpisodeRow`\\ s or mappings with those keys.
 
     ``workers`` threads each open their own :class:`~pipeline.reader.EpisodeReader` per episode file (a
-    reader is not thread-safe) and keep it until :meth:`close`. ``prefetch`` batches are requested ahead of
+    reader is not thread-safe) and keep the ``max_open_readers`` most recently used ones open (the least
+    recently used is closed when a thread opens one more; :attr:`readers_closed` counts them), so a rank
+    with thousands of episodes stays under the open-file limit. ``prefetch`` batches are requested ahead of
     the one being consumed (0: a batch is read when it is asked for). ``window_s``, ``frames_per_camera``,
     ``frame_stride_s``, ``topics``, ``cameras`` and ``decode`` are passed to
     :meth:`EpisodeReader.sample`; ``storage_options`` to the files' fsspec filesystem.
+
+    Any failure to open a row's file or to read a sample reaches the consumer as a
+    :class:`SampleReadError` naming the row and uri (and the sample time), chained from the cause.
 
     Iterating yields :class:`SampleBatch`\\ es of ``batch_size`` samples without end (take as many steps as
     training needs); iterate once per loader. Use it as a context manager or call :meth:`close`.
@@ -153,9 +162,11 @@ class SampleLoader:
         decode: bool = True,
         skip_unsupported: bool = False,
         storage_options: Mapping[str, Any] | None = None,
+        max_open_readers: int = DEFAULT_MAX_OPEN_READERS,
     ) -> None:
         _check_int("batch_size", batch_size, 1)
         _check_int("workers", workers, 1)
+        _check_int("max_open_readers", max_open_readers, 1)
         _check_int("prefetch", prefetch, 0)
         _check_int("frames_per_camera", frames_per_camera, 1)
         if not window_s >= 0:
@@ -172,6 +183,7 @@ class SampleLoader:
         self.workers = workers
         self.prefetch = prefetch
         self.seed = seed
+        self.max_open_readers = max_open_readers
         self.sample_options: dict[str, Any] = {
             "window_s": window_s,
             "frames_per_camera": frames_per_camera,
@@ -186,7 +198,10 @@ class SampleLoader:
         self._rng = random.Random(seed)
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._readers: dict[str, dict[str, EpisodeReader]] = {}  # thread name -> uri -> reader
+        # thread name -> uri -> reader, least recently used first
+        self._readers: dict[str, OrderedDict[str, EpisodeReader]] = {}
+        self._retired = ReadCounters()  # what the readers closed on eviction had read
+        self.readers_closed = 0  # readers closed on eviction so far
         self.thread_name_prefix = f"sluice-loader-{next(_loader_numbers)}"
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=self.thread_name_prefix)
         self._closed = False
@@ -220,16 +235,23 @@ class SampleLoader:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def open_readers(self) -> None:
-        """Open every episode file on every worker thread now (a training job's warm-up before its first
-        step), so that steps pay for reading samples, not for opening files and indexing them."""
+        """Open the first ``max_open_readers`` episode files on every worker thread now (a training job's
+        warm-up before its first step), so that steps pay for reading samples, not for opening files and
+        indexing them. Raises :class:`SampleReadError` naming the first file that cannot be opened."""
         self._check_open()
-        uris = self.uris
+        rows: dict[str, int] = {}  # uri -> first row with it, for the error
+        for index, uri in enumerate(self._table.column("uri").take(pa.array(self._positions)).to_pylist()):
+            rows.setdefault(uri, index)
+        uris = list(rows)[: self.max_open_readers]
         together = threading.Barrier(self.workers)
 
         def open_all() -> None:
             together.wait()  # one task per thread: each waits until every thread holds one
             for uri in uris:
-                self._reader(uri)
+                try:
+                    self._reader(uri)
+                except Exception as exc:
+                    raise SampleReadError(rows[uri], uri, f"cannot open the episode: {exc!r}") from exc
 
         for future in [self._pool.submit(open_all) for _ in range(self.workers)]:
             future.result()
@@ -253,14 +275,17 @@ class SampleLoader:
         self.close()
 
     def readers_by_thread(self) -> dict[str, dict[str, EpisodeReader]]:
-        """The open readers: thread name -> uri -> reader. For inspection only: a reader belongs to its
-        thread and must not be sampled from elsewhere."""
+        """The open readers: thread name -> uri -> reader (least recently used first). For inspection
+        only: a reader belongs to its thread and must not be sampled from elsewhere."""
         with self._lock:
             return {name: dict(per_thread) for name, per_thread in self._readers.items()}
 
     def totals(self) -> ReadCounters:
-        """What every sample so far cost, summed over all readers (see :class:`ReadCounters`)."""
+        """What every sample so far cost, summed over all readers, closed ones included (see
+        :class:`ReadCounters`)."""
         total = ReadCounters()
+        with self._lock:
+            total.add(self._retired)
         for per_thread in self.readers_by_thread().values():
             for reader in per_thread.values():
                 total.add(reader.totals)
@@ -305,37 +330,51 @@ class SampleLoader:
         return [(rng.randrange(len(self)), rng.random()) for _ in range(self.batch_size)]
 
     def _sample(self, index: int, where: float) -> Sample:
+        """One sample of row ``index``; whatever goes wrong reaches training as a :class:`SampleReadError`
+        naming the row and its uri, chained from the cause."""
         row = self._row(index)
         try:
             reader = self._reader(row.uri)
-        except SluiceError:
-            raise
-        except Exception as exc:  # the file is missing or not an episode: name the row, keep the cause
+            start_ns, end_ns = reader.start_ns, reader.end_ns
+        except Exception as exc:  # missing, damaged, not an episode, or nothing to sample in
             raise SampleReadError(index, row.uri, f"cannot open the episode: {exc!r}") from exc
-        lo = reader.start_ns if row.start_ns is None else max(row.start_ns, reader.start_ns)
-        hi = reader.end_ns if row.end_ns is None else min(row.end_ns, reader.end_ns)
+        lo = start_ns if row.start_ns is None else max(row.start_ns, start_ns)
+        hi = end_ns if row.end_ns is None else min(row.end_ns, end_ns)
         if hi < lo:
             raise SampleReadError(
                 index,
                 row.uri,
-                f"its window {row.start_ns}..{row.end_ns} ns is outside the file's "
-                f"{reader.start_ns}..{reader.end_ns} ns",
+                f"its window {row.start_ns}..{row.end_ns} ns is outside the file's {start_ns}..{end_ns} ns",
             )
         earliest = min(lo + self._room_ns, hi)
         t_ns = earliest + int(where * (hi - earliest))
-        return reader.sample(t_ns, **self.sample_options)
+        try:
+            return reader.sample(t_ns, **self.sample_options)
+        except Exception as exc:  # a damaged chunk or frame: the row and time say where to look
+            raise SampleReadError(index, row.uri, f"sample at {t_ns} ns: {exc!r}") from exc
 
     def _reader(self, uri: str) -> EpisodeReader:
-        cache: dict[str, EpisodeReader] | None = getattr(self._local, "readers", None)
+        """This thread's reader of ``uri``, opened if needed; the thread's least recently used reader is
+        closed first when it already holds ``max_open_readers``."""
+        cache: OrderedDict[str, EpisodeReader] | None = getattr(self._local, "readers", None)
         if cache is None:
-            cache = self._local.readers = {}
+            cache = self._local.readers = OrderedDict()
             with self._lock:
                 self._readers[threading.current_thread().name] = cache
         reader = cache.get(uri)
-        if reader is None:
-            reader = EpisodeReader(uri, storage_options=self._storage_options)
+        if reader is not None:
+            with self._lock:  # readers_by_thread() copies the cache on another thread
+                cache.move_to_end(uri)
+            return reader
+        while len(cache) >= self.max_open_readers:
             with self._lock:
-                cache[uri] = reader
+                _, oldest = cache.popitem(last=False)
+                self._retired.add(oldest.totals)
+                self.readers_closed += 1
+            oldest.close()
+        reader = EpisodeReader(uri, storage_options=self._storage_options)
+        with self._lock:
+            cache[uri] = reader
         return reader
 
     def _check_open(self) -> None:

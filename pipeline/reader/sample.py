@@ -24,6 +24,8 @@ import numpy as np
 import zstandard
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 
+from pipeline.enums import ReasonCode
+from pipeline.errors import InputError
 from pipeline.reader.counters import ReadCounters
 from pipeline.reader.index import CameraTable, ChunkInfo, EpisodeIndex, MessageLoc, build_index
 from pipeline.transcode.cameras import timestamp
@@ -36,6 +38,17 @@ NS_PER_S = 1_000_000_000
 #: either side of a keyframe).
 DEFAULT_COALESCE_GAP_BYTES = 256 * 1024
 _MESSAGE_HEAD = struct.Struct("<BQHIQQ")  # opcode, record length, channel, sequence, log time, publish time
+
+
+class FrameDecodeError(InputError):
+    """A requested frame did not come out of the decoder (its access units are damaged)."""
+
+    def __init__(self, source: str, camera: str, position: int, stamp_ns: int) -> None:
+        super().__init__(
+            ReasonCode.DECODE_ERROR.value,
+            f"{source}: camera {camera}: frame {position} (pts {stamp_ns} ns) did not decode from its "
+            "keyframe and reference frames",
+        )
 
 
 @dataclass(frozen=True)
@@ -85,18 +98,29 @@ class EpisodeReader:
             name = str(source)
         else:
             self._fh, self._owns, name = source, False, getattr(source, "name", "<stream>")
-        self.index: EpisodeIndex = build_index(self._fh, name)
+        self._decoders: dict[str, Any] = {}
+        try:
+            self.index: EpisodeIndex = build_index(self._fh, name)
+        except BaseException:
+            self.close()  # a file that is not an episode must not leave its handle open
+            raise
         self.coalesce_gap_bytes = coalesce_gap_bytes
         self.pixel_format = pixel_format
         self.totals = ReadCounters()
-        self._decoders: dict[str, Any] = {}
         self._zstd = zstandard.ZstdDecompressor()
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Close the file if the reader opened it (a file object passed in stays open). Idempotent."""
         if self._owns:
             self._fh.close()
+        self._decoders.clear()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (or, for a passed-in file object, the object is closed)."""
+        return bool(self._fh.closed)
 
     def __enter__(self) -> EpisodeReader:
         return self
@@ -269,7 +293,23 @@ class EpisodeReader:
         requested: list[int],
         counters: ReadCounters,
     ) -> list[CameraFrame]:
-        decoder = self._decoder(table.name)
+        try:
+            return self._decode_with(self._decoder(table.name), table, positions, units, requested, counters)
+        except BaseException:
+            # a decoder that failed mid-GOP holds that GOP's state (or is drained): the next sample gets
+            # a fresh one
+            self._decoders.pop(table.name, None)
+            raise
+
+    def _decode_with(
+        self,
+        decoder: Any,
+        table: CameraTable,
+        positions: list[int],
+        units: list[bytes],
+        requested: list[int],
+        counters: ReadCounters,
+    ) -> list[CameraFrame]:
         wanted = set(requested)
         pictures: dict[int, av.VideoFrame] = {}  # only the requested ones: a long GOP decodes many more
         decoded = 0
@@ -288,7 +328,9 @@ class EpisodeReader:
         counters.frames_decoded += decoded
         out = []
         for position in requested:
-            frame = pictures[position]
+            frame = pictures.get(position)
+            if frame is None:
+                raise FrameDecodeError(self.index.source, table.name, position, table.pts_ns[position])
             image = frame.to_ndarray(format=self.pixel_format) if self.pixel_format else frame.to_ndarray()
             out.append(CameraFrame(table.pts_ns[position], image))
             counters.frames_returned += 1

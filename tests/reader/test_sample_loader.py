@@ -9,15 +9,22 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import av
 import numpy as np
+import psutil
 import pyarrow as pa
 import pytest
+import zstandard
+from reader_helpers import damage_frames, damage_state_chunk, without_cameras
 
 from pipeline.errors import SluiceError
 from pipeline.manifest import format as mf
 from pipeline.manifest import open_manifest
 from pipeline.reader import (
+    EpisodeIndexError,
+    EpisodeReader,
     EpisodeRow,
+    LoaderArgumentError,
     LoaderClosedError,
     SampleLoader,
     SampleReadError,
@@ -149,9 +156,11 @@ def test_each_worker_thread_has_its_own_readers(path: Path, tmp_path: Path) -> N
         for _, batch in zip(range(5), loader, strict=False):
             assert len(batch) == 4
         after = loader.readers_by_thread()
-        assert [
-            id(r) for per_thread in after.values() for r in per_thread.values()
-        ] == readers  # kept, reused
+        # kept and reused (each thread's dict is in least-recently-used order, which sampling changes)
+        assert {
+            (name, uri, id(r)) for name, per_thread in after.items() for uri, r in per_thread.items()
+        } == {(name, uri, id(r)) for name, per_thread in opened.items() for uri, r in per_thread.items()}
+        assert loader.readers_closed == 0  # two files, the default limit: nothing closed
         assert 20 <= loader.totals().samples <= 20 + 2 * 4  # taken, and at most the prefetched batches
 
 
@@ -215,3 +224,96 @@ def test_an_unreadable_row_names_its_file(tmp_path: Path) -> None:
     ):
         next(iter(loader))
     assert str(missing) in str(caught.value)
+
+
+def _copies(path: Path, folder: Path, count: int) -> list[str]:
+    uris = []
+    for k in range(count):
+        copy = folder / f"ep{k}" / "episode.mcap"
+        copy.parent.mkdir(parents=True)
+        shutil.copy(path, copy)
+        uris.append(str(copy))
+    return uris
+
+
+def test_each_thread_keeps_at_most_max_open_readers(path: Path, tmp_path: Path) -> None:
+    uris = _copies(path, tmp_path, 3)
+
+    def open_episode_files() -> list[str]:
+        return [f.path for f in psutil.Process().open_files() if f.path.startswith(str(tmp_path))]
+
+    seen: dict[int, EpisodeReader] = {}
+    with SampleLoader(uris, 4, workers=2, prefetch=0, seed=2, decode=False, max_open_readers=1) as loader:
+        loader.open_readers()  # warms the first file only, on each thread
+        warmed = loader.readers_by_thread()
+        assert len(warmed) == 2 and all(list(per) == uris[:1] for per in warmed.values())
+        for _, batch in zip(range(8), loader, strict=False):
+            assert len(batch) == 4
+            # prefetch 0: nothing is in flight between batches, so this is every file held open
+            opened = loader.readers_by_thread()
+            assert all(len(per_thread) <= 1 for per_thread in opened.values())
+            assert len(open_episode_files()) <= 2
+            for per_thread in opened.values():
+                seen.update({id(r): r for r in per_thread.values()})
+        current = {id(r) for per_thread in loader.readers_by_thread().values() for r in per_thread.values()}
+        evicted = [r for key, r in seen.items() if key not in current]
+        assert evicted and loader.readers_closed >= len(evicted)
+        assert all(r.closed for r in evicted)
+        assert loader.totals().samples == 32  # samples of evicted readers still counted
+    assert not open_episode_files()
+
+
+def test_max_open_readers_must_be_positive(path: Path) -> None:
+    with pytest.raises(LoaderArgumentError, match="max_open_readers 0"):
+        SampleLoader([path], 1, max_open_readers=0)
+
+
+@pytest.mark.parametrize("damage", ["state chunk", "frames"])
+def test_a_sample_that_fails_names_its_row_uri_and_time(
+    damage: str, path: Path, span: tuple[int, int], tmp_path: Path
+) -> None:
+    t_ns = span[0] + NS
+    bad = tmp_path / "bad" / "episode.mcap"
+    bad.parent.mkdir()
+    if damage == "state chunk":
+        damage_state_chunk(path, bad)
+        cause: type[Exception] = zstandard.ZstdError
+    else:
+        damage_frames(path, bad, "front", t_ns)
+        cause = av.error.InvalidDataError
+    # row 1 samples exactly at t_ns: its window is that one instant
+    rows = [EpisodeRow(str(path), "good", t_ns, t_ns), EpisodeRow(str(bad), "bad", t_ns, t_ns)]
+    with (
+        SampleLoader(rows, 4, workers=2, prefetch=0, seed=0, frames_per_camera=1) as loader,
+        pytest.raises(SampleReadError) as caught,
+    ):
+        for _ in zip(range(10), loader, strict=False):
+            pass
+    error = caught.value
+    assert (error.row, error.uri) == (1, str(bad))
+    assert f"row 1 ({bad}): sample at {t_ns} ns" in str(error)
+    assert isinstance(error.__cause__, cause)
+
+
+def test_a_damaged_file_names_its_row_when_opened(path: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad" / "episode.mcap"
+    bad.parent.mkdir()
+    bad.write_bytes(path.read_bytes()[:5000])
+    with (
+        SampleLoader([path, bad], 1, workers=1, prefetch=0) as loader,
+        pytest.raises(SampleReadError) as caught,
+    ):
+        loader.open_readers()
+    assert (caught.value.row, caught.value.uri) == (1, str(bad))
+    assert isinstance(caught.value.__cause__, EpisodeIndexError)
+    assert "cannot open the episode" in str(caught.value)
+
+
+def test_an_episode_without_cameras_is_sampled(path: Path, tmp_path: Path) -> None:
+    reduced = without_cameras(path, tmp_path / "episode.mcap")
+    with SampleLoader([reduced], 3, workers=1, prefetch=0, window_s=0.5) as loader:
+        batch = next(iter(loader))
+    assert len(batch) == 3
+    for sample in batch:
+        assert sample.frames == {}
+        assert sample.proprio and all(sample.proprio.values())
