@@ -5,10 +5,13 @@
 * ``duration`` – constant frame rate, and each clip between the minimum and maximum clip length;
 * ``psnr`` – sampled clip frames against the same normalised source frames;
 * ``sha256`` – each clip's digest equals the manifest's.
+
+Clips are decoded frame by frame, keeping only picture types, frame times and the sampled frames' luma.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ import numpy as np
 
 from pipeline.config import ClipOptions, QualityPost, TranscodeOptions
 from pipeline.enums import ReasonCode
-from pipeline.transcode.clips import Analysis, normalised_frames, read_manifest
+from pipeline.transcode.clips import Analysis, ClipPlan, clip_of, normalised_frames, read_manifest
 from pipeline.transcode.h264 import avcc_entropy_coders, coder_mismatch
 from pipeline.transcode.postgate import CheckOutcome, luma, psnr_db
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
@@ -27,6 +30,38 @@ from pipeline.transcode.publish import sha256_file
 
 def _fail(name: str, reason: ReasonCode, detail: str, **observed: Any) -> CheckOutcome:
     return CheckOutcome(name, False, reason, detail, observed)
+
+
+@dataclass
+class _ClipScan:
+    """What one decode of a clip keeps for the checks."""
+
+    letters: list[str] = field(default_factory=list)  # picture type per frame, "I" for keyframes
+    times_s: list[float] = field(default_factory=list)
+    sampled: dict[int, np.ndarray] = field(default_factory=dict)  # frame position -> luma
+    extradata: bytes = b""
+
+
+def _scan_clip(path: Path, samples: int, listed_frames: int) -> _ClipScan:
+    """Decode ``path`` once, keeping the luma of ``samples`` frames spread evenly over the clip.
+
+    The positions come from the container's frame count (its sample table), so frames need not be held
+    until the end; for a clip that decodes to another count the decode check fails anyway.
+    """
+    scan = _ClipScan()
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        n = stream.frames or listed_frames
+        wanted = set(np.linspace(0, n - 1, min(samples, n)).round().astype(int).tolist()) if n > 0 else set()
+        for k, frame in enumerate(container.decode(stream)):
+            scan.letters.append(
+                "I" if frame.key_frame else av.video.frame.PictureType(int(frame.pict_type)).name
+            )
+            scan.times_s.append(float(frame.time or 0.0))
+            if k in wanted:
+                scan.sampled[k] = luma(frame)
+        scan.extradata = bytes(stream.codec_context.extradata or b"")
+    return scan
 
 
 def check_clips(
@@ -47,26 +82,21 @@ def check_clips(
         path = out_dir / entry["file"]
         name = entry["file"]
         try:
-            with av.open(str(path)) as container:
-                stream = container.streams.video[0]
-                frames = list(container.decode(stream))
-                extradata = bytes(stream.codec_context.extradata or b"")
+            scan = _scan_clip(path, post.psnr_sample_frames, int(entry["frames"]))
         except (av.FFmpegError, IndexError, OSError) as exc:
             problems.setdefault("decode", (ReasonCode.DECODE_ERROR, f"{name}: {exc}"))
             continue
-        n = len(frames)
+        n = len(scan.letters)
         observed["decode"][name] = {"frames": n, "expected": entry["frames"]}
         if n != entry["frames"]:
             problems.setdefault(
                 "decode",
                 (ReasonCode.FRAME_COUNT_MISMATCH, f"{name}: {n} frames, manifest says {entry['frames']}"),
             )
-        letters = "".join(
-            "I" if f.key_frame else av.video.frame.PictureType(int(f.pict_type)).name for f in frames
-        )
+        letters = "".join(scan.letters)
         expected = expected_letters(n, settings).upper()
         try:
-            coders = avcc_entropy_coders(extradata)
+            coders = avcc_entropy_coders(scan.extradata)
         except (ValueError, IndexError):
             coders = set()
         observed["gop"][name] = {
@@ -90,7 +120,7 @@ def check_clips(
                     f"{name}: frame {k} is {letters[k : k + 1]!r}, expected {expected[k : k + 1]!r}",
                 ),
             )
-        steps = {round(float(b.time - a.time) * fps, 3) for a, b in pairwise(frames)}
+        steps = {round((b - a) * fps, 3) for a, b in pairwise(scan.times_s)}
         duration_s = n / fps
         observed["duration"][name] = {"duration_s": duration_s, "frame_steps": sorted(steps)}
         if steps - {1.0} or not (
@@ -103,8 +133,8 @@ def check_clips(
                     f"{name}: {duration_s:.3f} s, frame steps {sorted(steps)} (in frames)",
                 ),
             )
-        for k in np.linspace(0, n - 1, min(post.psnr_sample_frames, n)).round().astype(int):
-            sampled[(entry["index"], int(k))] = luma(frames[k])
+        for k, picture in scan.sampled.items():
+            sampled[(entry["index"], k)] = picture
         digest, _ = sha256_file(path)
         observed["sha256"][name] = digest
         if digest != entry["sha256"]:
@@ -148,12 +178,14 @@ def _psnr(
     raw["scene_cuts_s"] = tuple(raw["scene_cuts_s"])
     raw["crop"] = tuple(raw["crop"]) if raw["crop"] else None
     analysis = Analysis(**raw)
-    bounds = [(c["index"], c["start_s"], c["end_s"]) for c in manifest["clips"]]
+    # The transform's own rule (clip_of) over the clips it wrote: a frame a hair before a cut goes to the
+    # same clip in both, so positions within a clip line up with the frames encoded there.
+    plans = [ClipPlan(c["index"], c["start_s"], c["end_s"]) for c in manifest["clips"]]
     position: dict[int, int] = {}
     values = []
     for frame in normalised_frames(source, analysis, options):
         t = float(frame.time or 0.0)
-        index = next((i for i, a, b in bounds if a <= t < b), None)
+        index = clip_of(plans, t)
         if index is None:
             continue
         k = position.get(index, 0)

@@ -8,9 +8,11 @@ Two decodes of the source through FFmpeg filter graphs (``av.filter``):
 2. *normalise*: ``bwdif`` (deinterlace) → ``transpose``/flips (rotation) → ``crop`` → ``scale`` (to
    ``max_pixels``, area filter) → ``fps`` (constant rate) → yuv420p, split into clips at the cuts, scenes
    longer than ``max_clip_duration_s`` split evenly, pieces shorter than ``min_clip_duration_s`` dropped,
-   each clip encoded per profile into MP4 (H.264), written to a staging name, checked and published.
+   each clip encoded per profile into MP4 (H.264), written to a staging name and checked.
 
-A ``clips.json`` manifest beside the clips (published last) lists them with their source time ranges.
+Only when the whole source has gone through are the clips published (renamed to their final names), then
+a ``clips.json`` manifest beside them listing their source time ranges. A failure part-way removes every
+staged clip: the output folder never shows clips without their manifest.
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ class Analysis:
     interlaced: bool
     crop: tuple[int, int, int, int] | None  # (w, h, x, y) after rotation, None = no bars
     scene_cuts_s: tuple[float, ...]
-    duration_s: float
+    duration_s: float  # from the first frame's start to the last frame's end
     frames: int
+    # Source time of the first frame: not 0 in MPEG-TS or in MP4s with an edit list. The default reads
+    # manifests written before this field existed (those plans started at 0).
+    first_frame_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -161,12 +166,14 @@ def analyse(source: Path, clips: ClipOptions) -> Analysis:
     cuts: list[float] = []
     box: list[int] | None = None  # x1, y1, x2, y2 (inclusive) of non-black luma over all frames
     frames = 0
-    last_time = previous_time = 0.0
+    first_time = last_time = previous_time = 0.0
     width = height = 0
     for frame in _run_graph(source, chain):
         frames += 1
         width, height = frame.width, frame.height
         previous_time, last_time = last_time, float(frame.time or 0.0)
+        if frames == 1:
+            first_time = last_time
         meta = frame.metadata
         score = float(meta.get("lavfi.scene_score", 0.0))
         if frames > 1 and score >= clips.scene_cut_threshold:
@@ -192,8 +199,9 @@ def analyse(source: Path, clips: ClipOptions) -> Analysis:
         interlaced=first.get("interlaced", False),
         crop=crop,
         scene_cuts_s=tuple(cuts),
-        duration_s=last_time + period,
+        duration_s=last_time + period - first_time,
         frames=frames,
+        first_frame_s=first_time,
     )
 
 
@@ -211,7 +219,8 @@ def _crop(box: list[int] | None, width: int, height: int) -> tuple[int, int, int
 
 def plan_clips(analysis: Analysis, clips: ClipOptions) -> list[ClipPlan]:
     """Scenes between cuts, long ones split evenly into pieces ≤ max, short pieces dropped."""
-    bounds = [0.0, *analysis.scene_cuts_s, analysis.duration_s]
+    first = analysis.first_frame_s
+    bounds = [first, *analysis.scene_cuts_s, first + analysis.duration_s]
     plans: list[ClipPlan] = []
     for start, end in pairwise(bounds):
         length = end - start
@@ -278,6 +287,7 @@ def transform_video(
     settings = EncoderSettings.from_options(options)
     fps = Fraction(clips.fps).limit_denominator(1001)
     outputs: list[ClipOutput] = []
+    done: list[_ClipWriter] = []  # verified clips still under their staging names
     writer: _ClipWriter | None = None
     current = -1
     try:
@@ -285,6 +295,7 @@ def transform_video(
             t = float(frame.time or 0.0)
             index = clip_of(plans, t)
             if index != current and writer is not None:
+                done.append(writer)
                 outputs.append(writer.close())
                 writer = None
             current = index if index is not None else -1
@@ -296,22 +307,28 @@ def transform_video(
                 )
             writer.add(frame)
         if writer is not None:
+            done.append(writer)
             outputs.append(writer.close())
             writer = None
-    finally:
+        manifest = {
+            "source": source.name,
+            "analysis": asdict(analysis),
+            "fps": str(fps),
+            "profile": settings.describe(),
+            "clips": [asdict(o) for o in outputs],
+        }
+        final = out_dir / CLIPS_MANIFEST
+        with staged(final, staging_dir) as path:
+            path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            for clip in done:
+                publish(clip.path, clip.final)
+            publish(path, final)  # last: a manifest means every clip it lists is in place
+    except BaseException:
         if writer is not None:
             writer.abort()
-    manifest = {
-        "source": source.name,
-        "analysis": asdict(analysis),
-        "fps": str(fps),
-        "profile": settings.describe(),
-        "clips": [asdict(o) for o in outputs],
-    }
-    final = out_dir / CLIPS_MANIFEST
-    with staged(final, staging_dir) as path:
-        path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        publish(path, final)
+        for clip in done:
+            clip.path.unlink(missing_ok=True)  # staged only; published ones stay (same bytes on a rerun)
+        raise
     log.info(
         "%s: %d clips (cuts at %s s)", source.name, len(outputs), [round(c, 2) for c in analysis.scene_cuts_s]
     )
@@ -319,7 +336,7 @@ def transform_video(
 
 
 class _ClipWriter:
-    """One MP4 clip being encoded into a staging file."""
+    """One MP4 clip being encoded into a staging file (published by the caller once all clips are done)."""
 
     def __init__(
         self,
@@ -358,6 +375,7 @@ class _ClipWriter:
         self.path.unlink(missing_ok=True)
 
     def close(self) -> ClipOutput:
+        """Finish the staged clip, check its frame count and hash it; it stays under its staging name."""
         try:
             self.container.mux(self.stream.encode(None))
             self.container.close()
@@ -365,7 +383,6 @@ class _ClipWriter:
             if counted != self.frames:
                 raise OutputVerifyError(str(self.path), f"{counted} frames read back, {self.frames} written")
             sha256, size = sha256_file(self.path)
-            publish(self.path, self.final)
         except BaseException:
             self.path.unlink(missing_ok=True)
             raise

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from pipeline.synth.scene import SceneGenerator, yuv420p_buffer
 from pipeline.synth.video import ClipMedia, ClipSpec, ClipTweaks, write_clip
 from pipeline.transcode.clipgate import check_clips
 from pipeline.transcode.clips import analyse, read_manifest, transform_video
+from pipeline.transcode.errors import TranscodeInputError
 
 # The synthetic scene cuts score 0.26-0.41 on FFmpeg's scene score; 0.2 finds all of them (see the report).
 CLIP_OPTIONS = {"scene_cut_threshold": 0.2, "max_clip_duration_s": 10.0, "min_clip_duration_s": 0.5}
@@ -180,3 +184,124 @@ def test_a_frame_on_a_split_point_opens_the_later_clip(tmp_path: Path) -> None:
     )
     assert [o.frames for o in outputs] == [30, 30, 30]
     assert [clip_indices(tmp_path / "out" / o.file)[0] for o in outputs] == [0, 30, 60]
+
+
+def test_the_post_gate_compares_each_clip_frame_with_its_own_source_frame(tmp_path: Path) -> None:
+    """Split points like 1.0000000000000002 s: the transform puts the frame at 1.0 s in the later clip, and
+    the gate must too, or every later sample is compared with its neighbour's source frame."""
+    path = tmp_path / "three.mp4"
+    write_clip(path, ClipSpec("c", "three.mp4", 3.0, seed=4, scene_cuts=0), ClipMedia())
+    split = options(max_clip_duration_s=1.0, min_clip_duration_s=0.5)
+    transform_video(path, tmp_path / "out", split)
+    outcomes = {o.name: o for o in check_clips(tmp_path / "out", path, split, QualityPost())}
+    assert outcomes["psnr"].passed, outcomes["psnr"]
+    # Every sampled frame, the last of each clip included, found its source frame and matches it closely.
+    assert outcomes["psnr"].observed["frames"] == 3 * QualityPost().psnr_sample_frames
+    assert outcomes["psnr"].observed["min_db"] >= 35.0
+
+
+def _faststart(source: Path, path: Path) -> list[int]:
+    """Remux ``source`` with its index first (so a cut-off file still opens); returns packet byte offsets."""
+    offsets = []
+    with (
+        av.open(str(source)) as src,
+        av.open(str(path), "w", format="mp4", options={"movflags": "faststart"}) as out,
+    ):
+        stream = out.add_stream_from_template(src.streams.video[0])
+        for packet in src.demux(src.streams.video[0]):
+            if packet.dts is None:
+                continue
+            packet.stream = stream
+            out.mux(packet)
+    with av.open(str(path)) as container:
+        offsets = [p.pos for p in container.demux(video=0) if p.size]
+    return offsets
+
+
+def test_a_cut_off_source_is_rejected_before_any_clip_is_written(
+    scene_clip: tuple[Path, tuple[int, ...]], tmp_path: Path
+) -> None:
+    source, cuts = scene_clip
+    whole = tmp_path / "whole.mp4"
+    offsets = _faststart(source, whole)
+    broken = tmp_path / "broken.mp4"
+    # Cut inside a frame of the second scene, as a half-uploaded video is: FFmpeg then fails with invalid
+    # data there. The analysis decode reads the whole source first, so it fails before any clip exists.
+    broken.write_bytes(whole.read_bytes()[: offsets[(cuts[0] + cuts[1]) // 2] + 100])
+    out, staging = tmp_path / "out", tmp_path / "staging"
+    with pytest.raises(TranscodeInputError) as caught:
+        transform_video(broken, out, options(), staging_dir=staging)
+    assert caught.value.code is ReasonCode.DECODE_ERROR
+    assert not list(out.glob("*")) and not list(staging.glob("*"))
+
+
+_TRANSFORM_UNDER_A_FILE_SIZE_LIMIT = """
+import json, resource, sys
+from pathlib import Path
+from pipeline.config import TranscodeOptions
+from pipeline.transcode.clips import transform_video
+source, out, staging, options, limit = sys.argv[1:]
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(limit), int(limit)))  # Python ignores SIGXFSZ: writes fail
+try:
+    transform_video(Path(source), Path(out), TranscodeOptions.model_validate_json(options), staging_dir=Path(staging))
+    error = None
+except Exception as exc:
+    error = type(exc).__name__
+left = sorted(str(p.relative_to(d)) for d in (Path(out), Path(staging)) if d.exists() for p in d.iterdir())
+print(json.dumps({"error": error, "left": left}))
+"""
+
+
+def test_a_failure_while_writing_a_later_clip_leaves_no_clip_behind(tmp_path: Path) -> None:
+    """Clips are published together with their manifest, after the whole source went through: a failure on
+    the second clip (here the file size limit, as a full disk would) must not leave the first one out."""
+    source = tmp_path / "c.mp4"
+    write_clip(source, ClipSpec("c", "c.mp4", 3.0, seed=10, scene_cuts=1), ClipMedia())  # cut at frame 24
+    opts = options()
+    first, second = transform_video(source, tmp_path / "whole", opts)
+    assert second.size_bytes > 1.5 * first.size_bytes  # 66 frames against 24: a limit fits between them
+    limit = (first.size_bytes + second.size_bytes) // 2
+    out, staging = tmp_path / "out", tmp_path / "staging"
+    args = [source, out, staging, opts.model_dump_json(), limit]
+    run = subprocess.run(
+        [sys.executable, "-c", _TRANSFORM_UNDER_A_FILE_SIZE_LIMIT, *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["error"] is not None
+    assert result["left"] == []
+
+
+def _offset_copy(source: Path, path: Path, first_frame: int) -> None:
+    """Remux ``source`` (30 fps) so that its first frame shows at ``first_frame`` / 30 s, not 0."""
+    with av.open(str(source)) as src, av.open(str(path), "w", format="mp4") as out:
+        stream = src.streams.video[0]
+        shift = int(first_frame / (30 * stream.time_base))
+        copy = out.add_stream_from_template(stream)
+        for packet in src.demux(stream):
+            if packet.dts is None:
+                continue
+            packet.pts += shift
+            packet.dts += shift
+            packet.stream = copy
+            out.mux(packet)
+
+
+def test_clips_are_planned_from_the_first_frame_not_from_zero(tmp_path: Path) -> None:
+    """A 0.8 s opening scene in a file whose first frame is at 1.5 s is 0.8 s long, not 2.3 s: under a 1 s
+    minimum it is dropped."""
+    source = tmp_path / "plain.mp4"
+    result = write_clip(source, ClipSpec("c", "c.mp4", 3.0, seed=10, scene_cuts=1), ClipMedia())
+    assert result.scene_cut_frames == (24,)
+    shifted = tmp_path / "shifted.mp4"
+    _offset_copy(source, shifted, 45)
+    opts = options(min_clip_duration_s=1.0)
+    analysis = analyse(shifted, opts.clips)
+    assert analysis.first_frame_s == pytest.approx(1.5)
+    assert analysis.duration_s == pytest.approx(3.0)
+    assert analysis.scene_cuts_s == pytest.approx((1.5 + 24 / 30,))
+    outputs = transform_video(shifted, tmp_path / "out", opts)
+    assert [(o.start_s, o.end_s) for o in outputs] == [pytest.approx((1.5 + 24 / 30, 4.5))]
+    assert clip_indices(tmp_path / "out" / outputs[0].file) == list(range(24, 90))
