@@ -12,6 +12,7 @@ Clips are decoded frame by frame, keeping only picture types, frame times and th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,9 @@ from pipeline.config import ClipOptions, QualityPost, TranscodeOptions
 from pipeline.enums import ReasonCode
 from pipeline.transcode.clips import Analysis, ClipPlan, clip_of, normalised_frames, read_manifest
 from pipeline.transcode.h264 import avcc_entropy_coders, coder_mismatch
-from pipeline.transcode.postgate import CheckOutcome, luma, psnr_db
+from pipeline.transcode.postgate import CheckOutcome, failed_check, luma, psnr_db
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
 from pipeline.transcode.publish import sha256_file
-
-
-def _fail(name: str, reason: ReasonCode, detail: str, **observed: Any) -> CheckOutcome:
-    return CheckOutcome(name, False, reason, detail, observed)
 
 
 @dataclass
@@ -71,10 +68,10 @@ def check_clips(
     try:
         manifest = read_manifest(out_dir)
     except (OSError, ValueError) as exc:
-        return [_fail("decode", ReasonCode.TRANSCODE_FAILED, f"no readable clips manifest: {exc}")]
+        return [failed_check("decode", ReasonCode.TRANSCODE_FAILED, f"no readable clips manifest: {exc}")]
     clips = options.clips or ClipOptions()
     settings = EncoderSettings.from_options(options)
-    fps = float(eval_fraction(manifest["fps"]))
+    fps = float(float(Fraction(manifest["fps"])))
     problems: dict[str, tuple[ReasonCode, str]] = {}
     observed: dict[str, dict[str, Any]] = {k: {} for k in ("decode", "gop", "duration", "psnr", "sha256")}
     sampled: dict[tuple[int, int], np.ndarray] = {}
@@ -160,11 +157,6 @@ def check_clips(
         else:
             out.append(CheckOutcome(name, True, observed=observed[name]))
     return out
-
-
-def eval_fraction(text: str) -> float:
-    num, _, den = text.partition("/")
-    return int(num) / int(den or 1)
 
 
 def _psnr(

@@ -65,7 +65,8 @@ def _ok(name: str, **observed: Any) -> CheckOutcome:
     return CheckOutcome(name, True, observed=observed)
 
 
-def _fail(name: str, reason: ReasonCode, detail: str, **observed: Any) -> CheckOutcome:
+def failed_check(name: str, reason: ReasonCode, detail: str, **observed: Any) -> CheckOutcome:
+    """A failed check with its reason (the episode and clip post-gates both build them)."""
     return CheckOutcome(name, False, reason, detail, observed)
 
 
@@ -151,7 +152,9 @@ def check_episode(
         out = _read_output(output)
     except Exception as exc:  # the stock reader raises bare errors on damaged bytes
         return [
-            _fail("decode", ReasonCode.DECODE_ERROR, f"output does not read: {type(exc).__name__}: {exc}")
+            failed_check(
+                "decode", ReasonCode.DECODE_ERROR, f"output does not read: {type(exc).__name__}: {exc}"
+            )
         ]
     src = read_source(source, config.contract, config.truth)
     settings = EncoderSettings.from_options(config.options)
@@ -160,7 +163,7 @@ def check_episode(
     digest, size = sha256_file(output)
     if expected_sha256 is not None and digest != expected_sha256:
         results.append(
-            _fail(
+            failed_check(
                 "sha256",
                 ReasonCode.TRANSCODE_FAILED,
                 f"sha256 {digest}, recorded {expected_sha256}",
@@ -317,7 +320,7 @@ def _video_checks(
     for name in ("decode", "frame_count", "duration", "gop", "psnr"):
         if name in failures:
             reason, detail = failures[name]
-            results.append(_fail(name, reason, detail, cameras=observed[name]))
+            results.append(failed_check(name, reason, detail, cameras=observed[name]))
         else:
             results.append(_ok(name, cameras=observed[name]))
     return results
@@ -380,7 +383,7 @@ def _resample_check(
 
 def _summarise_resample(problems: list[str], observed: Mapping[str, Any]) -> CheckOutcome:
     if problems:
-        return _fail("resample", ReasonCode.RESAMPLE_ERROR, "; ".join(problems), topics=dict(observed))
+        return failed_check("resample", ReasonCode.RESAMPLE_ERROR, "; ".join(problems), topics=dict(observed))
     return _ok("resample", topics=dict(observed))
 
 
