@@ -71,7 +71,7 @@ def check_clips(
         return [failed_check("decode", ReasonCode.TRANSCODE_FAILED, f"no readable clips manifest: {exc}")]
     clips = options.clips or ClipOptions()
     settings = EncoderSettings.from_options(options)
-    fps = float(float(Fraction(manifest["fps"])))
+    fps = float(Fraction(manifest["fps"]))
     problems: dict[str, tuple[ReasonCode, str]] = {}
     observed: dict[str, dict[str, Any]] = {k: {} for k in ("decode", "gop", "duration", "psnr", "sha256")}
     sampled: dict[tuple[int, int], np.ndarray] = {}
