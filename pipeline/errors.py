@@ -13,8 +13,9 @@ Two families matter to the orchestrator:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
-from typing import Any, Self
+from typing import Any
 
 
 class SluiceError(Exception):
@@ -22,17 +23,29 @@ class SluiceError(Exception):
 
     Errors cross process boundaries (a camera encode in a process pool, a Ray task), so they must pickle.
     Python pickles an exception as ``type(e)(*e.args)``, and ``args`` holds the formatted message, not what
-    the constructor took; the arguments are kept here instead, so that every subclass comes back whole.
+    a constructor that formats it took; such constructors record their arguments here instead, so that
+    every subclass comes back whole.
     """
 
     _init_arguments: tuple[tuple[Any, ...], dict[str, Any]]
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
-        self = super().__new__(cls, *args)
-        self._init_arguments = (args, kwargs)
-        return self
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return  # the inherited constructor records (or the default pickling serves)
 
-    def __reduce__(self) -> tuple[Any, ...]:
+        @functools.wraps(init)
+        def recording_init(self: SluiceError, *args: Any, **kwargs: Any) -> None:
+            if not hasattr(self, "_init_arguments"):  # the outermost constructor: what the caller passed
+                self._init_arguments = (args, kwargs)
+            init(self, *args, **kwargs)
+
+        cls.__init__ = recording_init  # type: ignore[method-assign,assignment]
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if not hasattr(self, "_init_arguments"):
+            return super().__reduce__()
         args, kwargs = self._init_arguments
         return (_rebuild, (type(self), args, kwargs), self.__dict__)
 

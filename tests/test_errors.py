@@ -4,12 +4,14 @@ caller reads from them."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
 from pipeline.enums import ReasonCode
 from pipeline.errors import ConfigError, InputError, SluiceError, UnknownChoiceError
 from pipeline.transcode.errors import OutputVerifyError, PublishError, TranscodeInputError
+from pipeline.warehouse.errors import WarehouseMissingError
 
 
 @pytest.mark.parametrize(
@@ -22,6 +24,7 @@ from pipeline.transcode.errors import OutputVerifyError, PublishError, Transcode
         PublishError("s3://b/k", "exists"),
         OutputVerifyError("/tmp/x.mcap", "counts differ"),
         SluiceError("plain message"),
+        WarehouseMissingError(Path("/data/none.duckdb")),  # an OSError too: its own construction rules
     ],
     ids=type,
 )
@@ -30,3 +33,11 @@ def test_an_error_comes_back_from_pickle_whole(error: SluiceError) -> None:
     assert type(back) is type(error)
     assert str(back) == str(error)
     assert vars(back) == vars(error)
+
+
+def test_an_error_that_is_also_an_oserror_keeps_its_formatted_message() -> None:
+    # OSError builds itself in __new__ unless a subclass's __init__ does; recording the constructor's
+    # arguments must not take that away
+    error = WarehouseMissingError(Path("/data/none.duckdb"))
+    assert str(error).startswith("no warehouse at /data/none.duckdb;")
+    assert isinstance(error, FileNotFoundError)
