@@ -6,14 +6,15 @@ staged copy does not read back as written. Publishing is :meth:`pipeline.store.S
 
 On a local store the copy goes around the page cache (``O_DIRECT``, from a few reused 8 MiB buffers, written
 on a helper thread of their own). On the shared VMs we run on, every fresh page of memory must be handed
-over by the host (free pages are reported back to it at once): first touch measured 0.45-1.0 s/GB, and
-a buffered landing spent 0.6-2.5 s/GB in the kernel, swinging with the host's load, against 0.55 s/GB for
-sha256 itself. Writing from reused buffers pays nothing of the kind.
+over by the host (free pages are reported back to it at once): in one-off measurements first touch took
+0.45-1.0 s/GB and a buffered landing spent 0.6-2.5 s/GB in the kernel, swinging with the host's load,
+against ~0.73 s/GB for sha256 itself (1,377 MB/s in ``results/ingest.json``). Writing from reused buffers
+pays nothing of the kind.
 
 The verify runs after the fsync and re-reads from the device, so it proves more than a re-read of the
 page cache could: that the device returns the bytes that were hashed. Re-reading every byte costs more
-than sha256 over the same bytes on this VM (its disk reads ~1.1 GB/s and cannot read beside the write:
-``sluice bench ingest`` reports it as ``land_full_verify_ratio``), so by default (``verify="sample"``) it
+than sha256 over the same bytes on this VM (the disk cannot read beside the write: ``sluice bench
+ingest`` reports landing with a full re-read at 693 MB/s, ``land_full_verify_ratio`` 0.503), so by default (``verify="sample"``) it
 re-reads the first and the last MiB and each other MiB with probability 1/16, drawn afresh for every
 landing, and checks each piece's length and CRC32C against the CRC32C of the buffer that was written
 there, and the file's size. A wrongly sized copy and any damage to its first or last MiB are always
@@ -37,7 +38,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import BinaryIO, Literal
+from typing import BinaryIO, Literal, get_args
 
 import fsspec
 import google_crc32c
@@ -47,7 +48,7 @@ from pipeline.errors import StoreError
 log = logging.getLogger(__name__)
 
 Verify = Literal["sample", "full"]
-VERIFY_MODES: tuple[str, ...] = ("sample", "full")
+VERIFY_MODES: tuple[str, ...] = get_args(Verify)
 
 #: 8 MiB blocks: large enough that hashlib and crc32c release the GIL and amortise per-call overhead,
 #: small enough that the few blocks in flight stay well under 100 MiB.
@@ -65,8 +66,9 @@ DIRECT_ALIGN = 4096
 #: The unit the verify re-reads and checks: small enough that a sample spreads over a file, large enough
 #: that each read runs at the disk's streaming speed (1 MiB O_DIRECT reads were the fastest size measured).
 VERIFY_PIECE_BYTES = 1 << 20
-#: The sampled verify re-reads each piece (beside the first and the last) with this probability: on the
-#: bench VM it then costs ~0.05 s/GB of disk reads instead of the ~0.9 s/GB of a full re-read.
+#: The sampled verify re-reads each piece (beside the first and the last) with this probability: 1/16 of
+#: the disk reads of a full re-read, which costs landing ~0.65 s/GB here (results/ingest.json: 1,266 MB/s
+#: sampled, 693 MB/s full).
 VERIFY_SAMPLE_PROBABILITY = 1 / 16
 
 

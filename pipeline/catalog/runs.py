@@ -17,7 +17,16 @@ from sqlalchemy.orm import Session
 from pipeline.catalog import _values as v
 from pipeline.catalog.errors import CatalogMissingError, CatalogValueError
 from pipeline.catalog.models import Batch, CheckResult, PipelineRun, StepRun, table_of
-from pipeline.enums import CheckStatus, Gate, ReasonCode, RunOutcome, Severity, StepName, StepStatus
+from pipeline.enums import (
+    REASON_SEVERITY,
+    CheckStatus,
+    Gate,
+    ReasonCode,
+    RunOutcome,
+    Severity,
+    StepName,
+    StepStatus,
+)
 
 #: Statuses a step run keeps once reached under a config: resume skips them, late retries leave them.
 FINAL_STEP_STATUSES = frozenset({StepStatus.SUCCEEDED, StepStatus.REJECTED})
@@ -223,6 +232,13 @@ def record_check(
     )[check_name]
 
 
+def _severity(check: CheckRow) -> Severity | None:
+    """The check's severity, by default the one its reason carries (:data:`REASON_SEVERITY`)."""
+    if check.severity is not None or check.reason is None:
+        return v.optional_member(Severity, check.severity, "severity")
+    return REASON_SEVERITY[v.member(ReasonCode, check.reason, "reason code")]
+
+
 def record_checks(
     session: Session,
     *,
@@ -233,7 +249,8 @@ def record_checks(
     pipeline_run_id: int | None = None,
 ) -> dict[str, int]:
     """Record a gate's checks on an episode in one statement (a re-evaluation overwrites); returns the id of
-    each check by name. A name given twice keeps its last row, as recording them one by one would."""
+    each check by name. A name given twice keeps its last row, as recording them one by one would. A check
+    with a reason and no severity gets the reason's (:data:`pipeline.enums.REASON_SEVERITY`)."""
     last = {c.check_name: c for c in checks}
     if not last:
         return {}
@@ -249,7 +266,7 @@ def record_checks(
                 "status": v.member(CheckStatus, c.status, "check status").value,
                 "observed": null() if c.observed is None else dict(c.observed),  # SQL NULL, not JSON null
                 "reason": v.optional_member(ReasonCode, c.reason, "reason code"),
-                "severity": v.optional_member(Severity, c.severity, "severity"),
+                "severity": _severity(c),
                 "detail": c.detail,
                 "pipeline_run_id": pipeline_run_id,
             }

@@ -117,17 +117,17 @@ class PoolConfig(FrozenModel):
 
 #: Pools every vendor has unless it overrides their slots. cpu: the 2 cores of the reference machine;
 #: io: I/O-bound tasks overlap well, so twice the cores; db: connections one vendor may hold; gpu: one device.
-#: The Celery queues the deployment's workers serve (docker/compose.yaml, the Ansible inventories; a DAG test
-#: checks both): CPU hosts serve default, cpu, io and db, GPU hosts gpu.
-DEFAULT_QUEUE = "default"
-SERVED_QUEUES: tuple[str, ...] = (DEFAULT_QUEUE, "cpu", "io", "db", "gpu")
-
 DEFAULT_POOLS: dict[str, dict[str, Any]] = {
     "cpu": {"slots": 2, "description": "CPU-bound media work (probe, transcode, checks)."},
     "io": {"slots": 4, "description": "I/O-bound work (landing, shard writes)."},
     "db": {"slots": 4, "description": "Catalog-heavy work (warehouse sync, finalize)."},
     "gpu": {"slots": 1, "description": "GPU annotators."},
 }
+
+#: The Celery queues the deployment's workers serve, one per default pool plus default (docker/compose.yaml,
+#: the Ansible inventories; a DAG test checks both): CPU hosts serve default, cpu, io and db, GPU hosts gpu.
+DEFAULT_QUEUE = "default"
+SERVED_QUEUES: tuple[str, ...] = (DEFAULT_QUEUE, *DEFAULT_POOLS)
 
 
 class Resources(FrozenModel):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +46,6 @@ from pipeline.datasets.errors import DatasetBuildError
 from pipeline.datasets.groups import group_keys
 from pipeline.datasets.spec import DatasetSpec, select_sql
 from pipeline.enums import Split
-from pipeline.errors import StoreError
 from pipeline.manifest import format as mf
 
 if TYPE_CHECKING:
@@ -118,13 +117,13 @@ def select_rows(
     con: duckdb.DuckDBPyConnection,
     spec: DatasetSpec,
     frozen_eval: Iterable[int] | None,
-    read_documents: DocumentReader | None = None,
+    read_documents: DocumentReader,
 ) -> Selection:
     """The rows of a new version of ``spec`` on a warehouse connection (see the module doc).
 
     ``frozen_eval`` is the frozen evaluation set of this dataset, or None when no version has one yet.
-    ``read_documents`` reads the ``clips.json`` lists of the selected video episodes (by URI); it is only
-    called when the selection holds one, and without it they are read with fsspec.
+    ``read_documents`` reads the ``clips.json`` lists of the selected video episodes (by URI, e.g.
+    :func:`pipeline.datasets.clips.store_reader`); it is only called when the selection holds one.
     """
     import duckdb
 
@@ -141,7 +140,7 @@ def select_rows(
         episodes, kept_frozen = con.execute(
             f"SELECT count(*), count(*) FILTER (WHERE split = 'eval') FROM {_EPISODES}"
         ).fetchall()[0]
-        table = _rows(con, spec, read_documents or _read_with_fsspec)
+        table = _rows(con, spec, read_documents)
     except duckdb.Error as exc:
         text = str(exc).strip().splitlines()[0]
         raise DatasetBuildError(spec.name, f"selecting episodes in the warehouse failed: {text}") from None
@@ -354,19 +353,6 @@ def _rows(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, read_documents: Doc
             spec.name, f"recorded clips that their clips.json does not list with the same sha256: {shown}"
         )
     return con.sql(_ROWS_SQL).to_arrow_table()
-
-
-def _read_with_fsspec(uris: Sequence[str]) -> dict[str, bytes]:
-    import fsspec
-
-    out: dict[str, bytes] = {}
-    for uri in uris:
-        try:
-            with fsspec.open(uri, "rb") as f:
-                out[uri] = f.read()
-        except OSError as exc:
-            raise StoreError(f"cannot read the clip list {uri}: {exc}") from exc
-    return out
 
 
 def _drop_staging(con: duckdb.DuckDBPyConnection) -> None:

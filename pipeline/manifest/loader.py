@@ -165,9 +165,10 @@ def open_manifest(
             start, stop = shard_range(hi - lo, part, parts)
             start, stop = lo + start, lo + stop
             table = rows.take(start, stop)
+            contradicted = split is not None and recorded and not _holds_exactly(rows, table, split, lo, hi)
         except _LayoutChanged:
             continue  # the row count was wrong: start over, now from every batch's own row count
-        if split is not None and recorded and not _holds_exactly(rows, table, split, lo, hi):
+        if contradicted:
             log.warning(
                 "%s: its recorded split ranges put %r at rows %d..%d, which its split column contradicts; "
                 "scanning the split column instead",
@@ -315,8 +316,9 @@ def _holds_exactly(rows: _FileRows, table: pa.Table, split: str, lo: int, hi: in
     ``[lo, hi)`` are ``split``, the rows just outside it are not. Touches the split column of the rank's
     rows and of four more rows only, so it cannot see a lie confined to other ranks' rows; the file's
     sha256 is what vouches for the whole."""
-    # Run-length encoded, a rank's rows of one split are one run per chunk. (No pc.equal with the split as a
-    # scalar: turning a Python value into Arrow imports pandas, a second or more before the first batch.)
+    # Run-length encoded, a rank's rows of one split are one run per chunk. (Not split_range, nor pc.equal
+    # with the split as a scalar: both turn Arrow strings into Python ones through pandas, whose import
+    # costs a second or more before the first batch.)
     for chunk in table.column(SPLIT).chunks:
         runs = pc.run_end_encode(chunk).values
         if len(runs) > 1 or (len(runs) == 1 and runs[0].as_py() != split):

@@ -59,7 +59,8 @@ def read_log(
     payload fields tried for a hardware stamp (JSON ``stamp_ns``, protobuf ``timestamp``, ROS
     ``header.stamp``...). ``content_digest``: also compute an order-independent digest of each topic's
     messages (finds the same messages re-chunked); payloads of 16 KiB and more (camera frames) are hashed
-    on a helper thread beside the read, which costs ~10% more CPU for ~25% less wall time on a robot log.
+    on a helper thread beside the read (``sluice bench ingest``: the CRC-checked read of a robot log went
+    from 0.312 to 0.372 of sha256's speed, for a little more CPU).
     Bad input never raises; an unreadable file raises :class:`~pipeline.errors.StoreError`.
     """
     unknown = set(allowed_compressions) - set(SUPPORTED_COMPRESSIONS)

@@ -163,9 +163,7 @@ class DigestThread:
             self._take(self._queued.popleft())
 
     def close(self) -> None:
-        for future in self._queued:
-            future.cancel()
-        self._queued.clear()
+        self._queued.clear()  # shutdown cancels what has not started
         self._batch = []
         self._pool.shutdown(wait=True, cancel_futures=True)
 

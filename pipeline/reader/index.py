@@ -110,7 +110,7 @@ class _TopicTimes:
 @dataclass
 class EpisodeIndex:
     """Where everything of one episode is. ``by_topic`` lists each topic's messages in file order; treat
-    it as read-only (:meth:`window` searches a log-time ordering of it made once)."""
+    it as read-only (:meth:`window` searches a log-time ordering of a topic, made when first asked)."""
 
     source: str
     chunks: list[ChunkInfo]
@@ -122,10 +122,14 @@ class EpisodeIndex:
     _times: dict[str, _TopicTimes] = field(default_factory=dict, init=False, repr=False, compare=False)
     _span_ns: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        for topic, locations in self.by_topic.items():
+    def _topic_times(self, topic: str) -> _TopicTimes | None:
+        """``topic``'s log-time ordering, made on first use: a sample windows only a few topics."""
+        times = self._times.get(topic)
+        if times is None and topic in self.by_topic:
+            locations = self.by_topic[topic]
             order = sorted(range(len(locations)), key=lambda k: locations[k].log_time)
-            self._times[topic] = _TopicTimes(order, [locations[k].log_time for k in order])
+            times = self._times[topic] = _TopicTimes(order, [locations[k].log_time for k in order])
+        return times
 
     @property
     def start_ns(self) -> int:
@@ -151,10 +155,8 @@ class EpisodeIndex:
         return self._span_ns
 
     def _message_span_ns(self) -> tuple[int, int]:
-        for topics in (self.proprio_topics, list(self._times)):
-            times = [
-                self._times[t].log_times for t in topics if t in self._times and self._times[t].log_times
-            ]
+        for topics in (self.proprio_topics, list(self.by_topic)):
+            times = [t.log_times for t in map(self._topic_times, topics) if t is not None and t.log_times]
             if times:
                 return min(t[0] for t in times), max(t[-1] for t in times)
         raise EpisodeIndexError(
@@ -163,7 +165,7 @@ class EpisodeIndex:
 
     def window(self, topic: str, start_ns: int, end_ns: int) -> list[MessageLoc]:
         """Messages of ``topic`` with ``start_ns < log_time <= end_ns`` (file order)."""
-        times = self._times.get(topic)
+        times = self._topic_times(topic)
         if times is None:
             return []
         first = bisect.bisect_right(times.log_times, start_ns)

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import SluiceError
+from pipeline.manifest import format as mf
 from pipeline.reader.counters import ReadCounters
 from pipeline.reader.sample import NS_PER_S, EpisodeReader, Sample
 
@@ -384,11 +385,12 @@ class SampleLoader:
 
 # -- rows -------------------------------------------------------------------------------------------------
 
+# the manifest's own column names; start and end may be missing from a list of plain URIs
 _ROW_FIELDS = (
-    pa.field("uri", pa.string(), nullable=False),
-    pa.field("episode_id", pa.string(), nullable=False),
-    pa.field("start_ns", pa.int64()),
-    pa.field("end_ns", pa.int64()),
+    pa.field(mf.URI, pa.string(), nullable=False),
+    pa.field(mf.EPISODE_ID, pa.string(), nullable=False),
+    pa.field(mf.START_NS, pa.int64()),
+    pa.field(mf.END_NS, pa.int64()),
 )
 
 

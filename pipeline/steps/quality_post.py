@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.enums import REASON_SEVERITY, CheckStatus, Gate, ReasonCode, SourceKind, StepName
+from pipeline.enums import CheckStatus, Gate, ReasonCode, SourceKind, StepName
 from pipeline.steps.base import Step, StepResult, WorkItem
 from pipeline.steps.transcode import episode_source, local_raw, local_raw_output, output_key, usable_items
 
@@ -126,17 +126,7 @@ class QualityPostStep(Step):
                 episode_id=episode_id,
                 gate=Gate.POST,
                 config_hash=self.config_hash,
-                checks=[
-                    CheckRow(
-                        o.name,
-                        o.status,
-                        o.observed,
-                        o.reason,
-                        REASON_SEVERITY[o.reason] if o.reason else None,
-                        o.detail,
-                    )
-                    for o in outcomes
-                ],
+                checks=[CheckRow(o.name, o.status, o.observed, o.reason, detail=o.detail) for o in outcomes],
             )
             if failed:
                 detail = "; ".join(f"{o.name}: {o.detail}" for o in failed)

@@ -28,6 +28,7 @@ from pipeline.steps.ingest import IngestStep, registered_episodes
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
+    from pipeline.config import VendorConfig
     from pipeline.mcaplog import LogReport
     from pipeline.quality.pregate import CheckOutcome
     from pipeline.videoprobe import VideoProber
@@ -45,6 +46,27 @@ CALIBRATION_LOCK_NAMESPACE = 0x5CA1B
 MAX_SIDECAR_BYTES = 16 << 20
 #: Payload fields tried for a hardware stamp when the contract names none.
 DEFAULT_STAMP_FIELDS = ("stamp_ns", "timestamp", "header.stamp")
+
+
+def read_log_options(vendor: VendorConfig) -> dict[str, Any]:
+    """The keyword arguments of :func:`pipeline.mcaplog.read_log` for ``vendor``'s robot logs: its limits,
+    compressions, contract rates and stamp fields (tests read a log exactly as the step does with them)."""
+    from pipeline.mcaplog import ReadLimits
+    from pipeline.quality.pregate import is_robot_contract
+
+    contract = vendor.topics
+    named = sorted({t.stamp_field for t in contract.all_topics() if t.stamp_field}) if contract else []
+    return {
+        "limits": ReadLimits(max_record_bytes=int(vendor.ingest.max_record_bytes)),
+        # the config says "none" where the MCAP format writes an empty string
+        "allowed_compressions": tuple("" if c == "none" else c for c in contract.compressions)
+        if contract
+        else ("", "lz4", "zstd"),
+        "allowed_encodings": None,  # the gate checks encodings against the contract itself
+        "expected_rates_hz": {t.topic: t.rate_hz for t in contract.all_topics()} if contract else {},
+        "stamp_fields": tuple(named) or DEFAULT_STAMP_FIELDS,
+        "content_digest": is_robot_contract(vendor),  # near-duplicates are a robot-contract finding
+    }
 
 
 class QualityPreStep(Step):
@@ -159,25 +181,12 @@ class QualityPreStep(Step):
 
     def _gate_mcap(self, episode_id: int, path: Path) -> StepResult:
         from pipeline.catalog.sources import StreamStats
-        from pipeline.mcaplog import ReadLimits, read_log
+        from pipeline.mcaplog import read_log
         from pipeline.quality.pregate import check_mcap, is_robot_contract, topic_gap_rates
 
         contract = self.vendor.topics
         robot = is_robot_contract(self.vendor)
-        expected = {t.topic: t.rate_hz for t in contract.all_topics()} if contract else {}
-        named = sorted({t.stamp_field for t in contract.all_topics() if t.stamp_field}) if contract else []
-        report = read_log(
-            path,
-            limits=ReadLimits(max_record_bytes=int(self.vendor.ingest.max_record_bytes)),
-            # the config says "none" where the MCAP format writes an empty string
-            allowed_compressions=tuple("" if c == "none" else c for c in contract.compressions)
-            if contract
-            else ("", "lz4", "zstd"),
-            allowed_encodings=None,  # the gate checks encodings against the contract itself
-            expected_rates_hz=expected,
-            stamp_fields=tuple(named) or DEFAULT_STAMP_FIELDS,
-            content_digest=robot,  # near-duplicates are a robot-contract finding
-        )
+        report = read_log(path, **read_log_options(self.vendor))
         values = _episode_values(report)
         calibration_id = self._calibration(values.get("robot_id"), report.start_ns)
         outcomes = check_mcap(
@@ -275,7 +284,7 @@ class QualityPreStep(Step):
                 checks=[
                     CheckRow("probe", CheckStatus.PASSED, report),
                     *(
-                        CheckRow(o.name, o.status, dict(o.observed), o.reason, o.severity, o.detail)
+                        CheckRow(o.name, o.status, o.observed, o.reason, o.severity, o.detail)
                         for o in outcomes
                     ),
                 ],

@@ -126,16 +126,20 @@ class TranscodeStep(Step):
     def __init__(self, vendor: VendorConfig, ctx: StepContext) -> None:
         super().__init__(vendor, ctx)
         self._executor: Executor | None = None
-        self._executor_workers: int | None = None
 
     def setup(self) -> None:
         import multiprocessing
 
-        processes = min(int(self.resources.cpus), MAX_ENCODER_PROCESSES)
-        if processes > 1 and self._executor is None:
+        if self._processes > 1 and self._executor is None:
             # spawn: a worker may hold threads (database pool, Ray) that fork would copy mid-operation.
-            self._executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
-            self._executor_workers = processes
+            self._executor = ProcessPoolExecutor(
+                self._processes, mp_context=multiprocessing.get_context("spawn")
+            )
+
+    @property
+    def _processes(self) -> int:
+        """Encoder processes: the step's CPUs, at most :data:`MAX_ENCODER_PROCESSES`."""
+        return min(int(self.resources.cpus), MAX_ENCODER_PROCESSES)
 
     def close(self) -> None:
         """Stop the encoder processes (the runner's workers end with their process anyway)."""
@@ -180,7 +184,7 @@ class TranscodeStep(Step):
                     config,
                     provenance,
                     executor=self._executor,
-                    executor_workers=self._executor_workers,
+                    executor_workers=self._processes if self._executor is not None else None,
                     staging_dir=staging,
                 )
             sha256, size = result.sha256, result.size_bytes

@@ -94,7 +94,7 @@ def check_clips(
         expected = expected_letters(n, settings).upper()
         try:
             coders = avcc_entropy_coders(scan.extradata)
-        except (ValueError, IndexError):
+        except ValueError:
             coders = set()
         observed["gop"][name] = {
             "keyframes": letters.count("I"),

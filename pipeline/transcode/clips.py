@@ -11,8 +11,9 @@ Two decodes of the source through FFmpeg filter graphs (``av.filter``):
    each clip encoded per profile into MP4 (H.264), written to a staging name and checked.
 
 Only when the whole source has gone through are the clips published (renamed to their final names), then
-a ``clips.json`` manifest beside them listing their source time ranges. A failure part-way removes every
-staged clip: the output folder never shows clips without their manifest.
+a ``clips.json`` manifest beside them listing their source time ranges. A failure while clips are encoded
+removes every staged clip, so the output folder shows none of them; only a failure among the final renames
+can leave earlier clips there without their manifest, and a rerun writes the same bytes over them.
 """
 
 from __future__ import annotations

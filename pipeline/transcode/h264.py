@@ -23,6 +23,9 @@ class AccessUnitInfo:
     picture_type: str  # "I", "P" or "B" (first slice)
     idr: bool
     reference: bool  # nal_ref_idc != 0: later frames may predict from it
+    coders: frozenset[str] = (
+        frozenset()
+    )  # entropy coder of each parameter set before the slice (IDRs carry them)
 
 
 def _nal_units(data: bytes) -> list[tuple[int, int]]:
@@ -45,6 +48,8 @@ class _Bits:
         self._pos = 0
 
     def bit(self) -> int:
+        if self._pos >> 3 >= len(self._data):
+            raise ValueError("NAL unit ends inside a header field")
         byte = self._data[self._pos >> 3]
         value = (byte >> (7 - (self._pos & 7))) & 1
         self._pos += 1
@@ -64,13 +69,17 @@ class _Bits:
 
 
 def access_unit_info(data: bytes) -> AccessUnitInfo:
-    """Picture type, IDR flag and reference flag of an Annex B access unit (from its first slice NAL).
+    """Picture type, IDR flag and reference flag of an Annex B access unit (from its first slice NAL), and
+    the entropy coders of the parameter sets in front of it.
 
-    Raises ``ValueError`` when the unit holds no slice.
+    Raises ``ValueError`` when the unit holds no slice or a header it reads is cut short.
     """
+    coders = set()
     for start, end in _nal_units(data):
         header = data[start]
         nal_type = header & 0x1F
+        if nal_type == NAL_PPS:
+            coders.add(_pps_coder(data, start, end))
         if nal_type not in _VCL:
             continue
         # first_mb_in_slice and slice_type are the first two Exp-Golomb codes; 16 bytes hold both.
@@ -81,23 +90,23 @@ def access_unit_info(data: bytes) -> AccessUnitInfo:
             picture_type=_SLICE_TYPES[slice_type],
             idr=nal_type == NAL_IDR,
             reference=((header >> 5) & 0x3) != 0,
+            coders=frozenset(coders),
         )
     raise ValueError("access unit holds no slice NAL unit")
 
 
+def _pps_coder(data: bytes, start: int, end: int) -> str:
+    # pic_parameter_set_id, seq_parameter_set_id, then entropy_coding_mode_flag
+    bits = _Bits(_unescape(data[start + 1 : min(end, start + 17)]))
+    bits.ue()
+    bits.ue()
+    return "cabac" if bits.bit() else "cavlc"
+
+
 def entropy_coders(data: bytes) -> set[str]:
-    """The entropy coder (``"cabac"`` or ``"cavlc"``) of every picture parameter set in an Annex B access
-    unit (empty when it carries none; x264 repeats them before each IDR)."""
-    coders = set()
-    for start, end in _nal_units(data):
-        if data[start] & 0x1F != NAL_PPS:
-            continue
-        # pic_parameter_set_id, seq_parameter_set_id, then entropy_coding_mode_flag
-        bits = _Bits(_unescape(data[start + 1 : min(end, start + 17)]))
-        bits.ue()
-        bits.ue()
-        coders.add("cabac" if bits.bit() else "cavlc")
-    return coders
+    """The entropy coder (``"cabac"`` or ``"cavlc"``) of every picture parameter set in Annex B ``data``
+    (empty when it carries none). Raises ``ValueError`` for a parameter set cut short."""
+    return {_pps_coder(data, start, end) for start, end in _nal_units(data) if data[start] & 0x1F == NAL_PPS}
 
 
 def avcc_entropy_coders(extradata: bytes) -> set[str]:
@@ -113,6 +122,8 @@ def avcc_entropy_coders(extradata: bytes) -> set[str]:
     pos = 5
     units = []
     for count_mask in (0x1F, 0xFF):  # SPSs, then PPSs
+        if pos >= len(extradata):
+            raise ValueError(f"avcC record cut short at byte {pos} of {len(extradata)}")
         count = extradata[pos] & count_mask
         pos += 1
         for _ in range(count):

@@ -1,7 +1,7 @@
 """The post-gate's checks of a transcoded robot episode against its source.
 
 Each check returns a :class:`CheckOutcome` (recorded by the ``quality_post`` step with
-``record_check(gate=quality_post)``); a failed one carries the reason the output is quarantined with:
+``record_checks(gate=quality_post)``); a failed one carries the reason the output is quarantined with:
 
 * ``decode`` – every camera decodes end to end (``decode_error``);
 * ``frame_count`` – per camera as many frames as the source (less at most the tolerance), each at a source
@@ -35,7 +35,7 @@ from pipeline.enums import CheckStatus, ReasonCode
 from pipeline.transcode import layout
 from pipeline.transcode.cameras import SCALE_INTERPOLATION, decode_units, timestamp
 from pipeline.transcode.errors import TranscodeInputError
-from pipeline.transcode.h264 import access_unit_info, coder_mismatch, entropy_coders, frame_letter
+from pipeline.transcode.h264 import access_unit_info, coder_mismatch, frame_letter
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
 from pipeline.transcode.publish import sha256_file
 from pipeline.transcode.resample import NS_PER_S, Series, grid_instant, resample_rmse
@@ -241,12 +241,13 @@ def _video_checks(
             )
         # GOP audit: bitstream letters in display order against the profile's pattern
         try:
-            letters = [frame_letter(access_unit_info(u)) for u in got.units]
-        except (ValueError, IndexError) as exc:  # a unit without a (whole) slice: judged, not raised
+            infos = [access_unit_info(u) for u in got.units]
+        except ValueError as exc:  # a unit without a (whole) slice: judged, not raised
             failures.setdefault(
                 "gop", (ReasonCode.GOP_MISMATCH, f"camera {camera.name}: unreadable access unit: {exc}")
             )
             continue
+        letters = [frame_letter(i) for i in infos]
         shown = "".join(letters[i] for i in display)
         expected = expected_letters(n, settings)
         decoder_says = "".join(pict_types.get(i, "?")[:1] for i in display)
@@ -255,7 +256,7 @@ def _video_checks(
         decoder_mismatch = next(
             (k for k, (a, b) in enumerate(zip(shown, decoder_says, strict=True)) if a.upper() != b), None
         )
-        coders = set().union(*(entropy_coders(u) for u in got.units))
+        coders = set().union(*(i.coders for i in infos))
         gop_obs[camera.name] = {
             "keyframes": shown.count("I"),
             "gop_frames": settings.gop_frames,

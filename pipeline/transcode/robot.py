@@ -100,10 +100,10 @@ def transcode_episode(
 
     ``executor``: where camera encodes run (a process pool sized by the step's CPUs); ``None`` encodes in
     this process, one camera after the other. ``executor_workers``: the pool's process count (unset: one
-    task per camera, as before); with more cameras than processes, the cameras are dealt over the
-    processes and each process encodes its cameras at once in threads, so that no core idles while the
-    last camera encodes alone (three cameras on two processes: 1.5 camera-times instead of 2). Bad input raises :class:`TranscodeInputError` or
-    :class:`~pipeline.mcaplog.McapInputError`; a staging file that does not read back raises
+    task per camera); with more cameras than processes, the cameras are dealt over the processes and each
+    process encodes its cameras at once in threads, so that no core idles while the last camera encodes
+    alone (three cameras on two processes: 1.5 camera-times instead of 2). Bad input raises
+    :class:`TranscodeInputError` or :class:`~pipeline.mcaplog.McapInputError`; a staging file that does not read back raises
     :class:`OutputVerifyError`.
     """
     started = time.perf_counter()
@@ -111,7 +111,7 @@ def transcode_episode(
     settings = EncoderSettings.from_options(config.options)
     jobs = [CameraJob(c.name, tuple(c.units), c.rate, settings) for c in episode.cameras]
     if executor is not None:
-        hands = deal(range(len(jobs)), _workers(executor_workers, len(jobs)))
+        hands = deal(range(len(jobs)), executor_workers or len(jobs))
         futures = [executor.submit(encode_cameras, [jobs[k] for k in hand]) for hand in hands]
         try:
             resampled = _resample(episode, config.options.resample_rate_hz)  # while the cameras encode
@@ -154,11 +154,6 @@ def transcode_episode(
         chunks=chunks,
         seconds=seconds,
     )
-
-
-def _workers(given: int | None, cameras: int) -> int:
-    """How many tasks to split the cameras into: ``given`` (the pool's process count), else one per camera."""
-    return given if given is not None and given > 0 else cameras
 
 
 def _resample(episode: SourceEpisode, rate_hz: float | None) -> list[Resampled]:

@@ -9,7 +9,6 @@ real transcode of a small episode.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
@@ -31,14 +30,6 @@ SECONDS = 1.5
 # profiles and PSNR sampling need a few 8x8 cells of picture.
 PRE_SIZE, POST_SIZE = (64, 48), (128, 96)
 CLIP_SIZE, CLIP_FPS = (160, 120), 30
-
-# (channel, message) -> the messages to write instead (an empty list drops it)
-Edit = Callable[[Channel, Message], list[Message]]
-
-
-def rewrite_mcap(src: Path, dst: Path, edit: Edit) -> Path:
-    """Copy an MCAP with the stock writer (schemas, channels, metadata kept), messages passed through ``edit``."""
-    return rewrite_with_stock_writer(src, dst, edit=edit)
 
 
 def _episode(path: Path, size: tuple[int, int], tweaks: EpisodeTweaks | None = None) -> Path:
@@ -119,7 +110,7 @@ class Inputs:
                 previous[channel.topic] = log_time
             return [dataclasses.replace(message, log_time=log_time)]
 
-        return rewrite_mcap(self.clean, self.root / "duplicates.mcap", repeat)
+        return rewrite_with_stock_writer(self.clean, self.root / "duplicates.mcap", edit=repeat)
 
     # -- post-gate -----------------------------------------------------------------------------------------
     @cached_property
@@ -152,7 +143,7 @@ class Inputs:
                     return []
             return [message]
 
-        return rewrite_mcap(self.transcoded(vendor), out, drop_last)
+        return rewrite_with_stock_writer(self.transcoded(vendor), out, edit=drop_last)
 
     def clips(self, vendor: object) -> Path:
         """The folder of clips cut from :attr:`clip` under ``vendor``'s transcode options (cached)."""

@@ -22,8 +22,9 @@ from quality_inputs import Inputs
 from pipeline.config import VendorConfig, generic_vendor, load_vendor
 from pipeline.docsgen import config_controls
 from pipeline.enums import CheckStatus, ReasonCode
-from pipeline.mcaplog import LogReport, ReadLimits, read_log
+from pipeline.mcaplog import LogReport, read_log
 from pipeline.quality.pregate import check_mcap, check_video, probe_limits, topic_gap_rates
+from pipeline.steps.quality_pre import read_log_options
 
 R = ReasonCode
 REPO = Path(__file__).resolve().parents[2]
@@ -68,20 +69,8 @@ def _edit(vendor: VendorConfig, fn: Callable[[dict[str, Any]], None]) -> VendorC
 
 
 def read_like_the_step(path: Path, vendor: VendorConfig) -> LogReport:
-    """``read_log`` as the quality_pre step calls it for this vendor (limits, compressions, rates, stamps)."""
-    from pipeline.steps.quality_pre import DEFAULT_STAMP_FIELDS
-
-    contract = vendor.topics
-    assert contract is not None
-    named = sorted({t.stamp_field for t in contract.all_topics() if t.stamp_field})
-    return read_log(
-        path,
-        limits=ReadLimits(max_record_bytes=int(vendor.ingest.max_record_bytes)),
-        allowed_compressions=tuple("" if c == "none" else c for c in contract.compressions),
-        allowed_encodings=None,
-        expected_rates_hz={t.topic: t.rate_hz for t in contract.all_topics()},
-        stamp_fields=tuple(named) or DEFAULT_STAMP_FIELDS,
-    )
+    """``read_log`` as the quality_pre step calls it for this vendor."""
+    return read_log(path, **read_log_options(vendor))
 
 
 def mcap_gate(path: Path, calibration_id: int | None = 1) -> Callable[[VendorConfig], Outcomes]:

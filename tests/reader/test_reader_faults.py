@@ -4,6 +4,7 @@ and windows found by bisection equal to a scan."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Callable
 from pathlib import Path
@@ -117,3 +118,19 @@ def test_window_by_bisection_equals_a_scan(episode: Episode) -> None:
                 for hi in edges:
                     scanned = [loc for loc in every if lo < loc.log_time <= hi]
                     assert index.window(topic, lo, hi) == scanned
+
+
+def test_window_returns_file_order_when_the_file_is_not_in_log_time_order(episode: Episode) -> None:
+    # our writer puts every topic in log-time order; another writer need not: reverse one topic's list
+    with open_episode(episode(PROFILE)[1]) as reader:
+        index = reader.index
+        topic = reader.proprio_topics[0]
+        shuffled = dataclasses.replace(index, by_topic={topic: index.by_topic[topic][::-1]})
+        every = shuffled.by_topic[topic]
+        times = sorted(loc.log_time for loc in every)
+        lo, hi = times[len(times) // 4], times[3 * len(times) // 4]
+        got = shuffled.window(topic, lo, hi)
+        assert got == [loc for loc in every if lo < loc.log_time <= hi]
+        assert len(got) > 2 and [loc.log_time for loc in got] == sorted(
+            (loc.log_time for loc in got), reverse=True
+        )

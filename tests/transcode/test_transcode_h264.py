@@ -13,7 +13,7 @@ import pytest
 from pipeline.config import TrainingProfile
 from pipeline.transcode import EncoderSettings
 from pipeline.transcode.cameras import make_encoder
-from pipeline.transcode.h264 import avcc_entropy_coders, entropy_coders
+from pipeline.transcode.h264 import access_unit_info, avcc_entropy_coders, entropy_coders
 
 
 def _frames(count: int = 3) -> list[av.VideoFrame]:
@@ -37,6 +37,15 @@ def test_the_profile_sets_the_entropy_coder_whatever_the_preset(preset: str, cod
     ]
     assert entropy_coders(units[0]) == {coder}  # the IDR carries the parameter sets
     assert entropy_coders(units[1]) == set()  # a P-frame carries none
+    # the GOP audit reads the coders in the same pass as the picture type
+    assert access_unit_info(units[0]).coders == {coder} and access_unit_info(units[1]).coders == set()
+
+
+def test_a_parameter_set_cut_short_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="ends inside a header field"):
+        entropy_coders(b"\x00\x00\x01\x68")  # a PPS NAL header and nothing after it
+    with pytest.raises(ValueError, match="cut short"):
+        avcc_entropy_coders(bytes([1, 0x64, 0, 0x1F, 0xFF, 0xE1, 0, 2, 0x67, 0x64]))  # one SPS, no PPS count
 
 
 @pytest.mark.parametrize("cabac", [0, 1])
