@@ -24,7 +24,18 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from pipeline.errors import SluiceError
+
 log = logging.getLogger(__name__)
+
+
+class SourceMissingError(SluiceError):
+    """The vendor's source root does not exist (or is not a folder): a typo in ``source.url``, an unmounted
+    volume, a bucket prefix never written. A run must fail on it, never list nothing and succeed."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        super().__init__(f"source_missing: the vendor's source folder {root} does not exist")
 
 
 @dataclass(frozen=True)
@@ -116,8 +127,11 @@ def discover(
 
     ``ready_marker`` names a file (e.g. ``_READY``) whose presence in a folder marks every file in it as
     finished; without it, files must keep their size and mtime across two listings ``settle_s`` apart.
+    A root that does not exist raises :class:`SourceMissingError`.
     """
     root = root.rstrip("/")
+    if not fs.isdir(root):
+        raise SourceMissingError(root)
     local = isinstance(fs, LocalFileSystem)
     real_root = os.path.realpath(root) if local else root
     result = Discovery()

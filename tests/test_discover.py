@@ -96,3 +96,15 @@ def test_ready_marker_skips_the_second_look(tmp_path: Path) -> None:
     assert time.monotonic() - started >= 0.2  # batch2 has no marker: it needed the second look
     assert sorted(c.path for c in found.candidates) == ["batch1/a.mcap", "batch2/b.mcap"]
     assert all(c.path != "batch1/_READY" for c in found.candidates)
+
+
+def test_a_missing_root_is_an_error_not_an_empty_listing(tmp_path: Path) -> None:
+    from pipeline.discover import SourceMissingError
+
+    with pytest.raises(SourceMissingError, match="does not exist"):
+        discover(LOCAL, str(tmp_path / "no_such_drop"), settle_s=0)
+    (tmp_path / "a_file").write_bytes(b"x")
+    with pytest.raises(SourceMissingError):
+        discover(LOCAL, str(tmp_path / "a_file"), settle_s=0)
+    (tmp_path / "empty").mkdir()
+    assert discover(LOCAL, str(tmp_path / "empty"), settle_s=0).candidates == []
