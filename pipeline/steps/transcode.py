@@ -5,7 +5,8 @@ of clips (:func:`pipeline.transcode.clips.transform_video`), under ``derived/tra
 <episode id>/``: a function of (input, config hash), so a rerun under the same config finds its output and
 only (re)records it. Every file is written to the store's ``tmp/`` area, verified and published by rename;
 only then is it recorded as an artifact whose input is the source blob. Camera encodes run in a pool of
-``resources.cpus`` processes made once per worker in :meth:`TranscodeStep.setup`.
+``resources.cpus`` processes (a :class:`pipeline.processes.WorkerPool`) made once per worker in
+:meth:`TranscodeStep.setup`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,13 +129,13 @@ class TranscodeStep(Step):
         self._executor: Executor | None = None
 
     def setup(self) -> None:
-        import multiprocessing
+        from pipeline.processes import WorkerPool
 
         if self._processes > 1 and self._executor is None:
-            # spawn: a worker may hold threads (database pool, Ray) that fork would copy mid-operation.
-            self._executor = ProcessPoolExecutor(
-                self._processes, mp_context=multiprocessing.get_context("spawn")
-            )
+            # Clean spawned children (pipeline.processes): a worker may hold threads (database pool, Ray)
+            # that fork would copy mid-operation, and the encoders must not depend on the Airflow task
+            # process they run under.
+            self._executor = WorkerPool(self._processes, name="transcode encoder")
 
     @property
     def _processes(self) -> int:

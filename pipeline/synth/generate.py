@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -149,8 +147,11 @@ def _mapper(jobs: int) -> Iterator[Callable[[Callable[[_T], _R], Sequence[_T]], 
     if jobs <= 1:
         yield lambda fn, items: map(fn, items)
         return
-    # spawn: the parent may hold threads (progress display), which fork would copy mid-state.
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    from pipeline.processes import WorkerPool
+
+    # Spawned, clean children (pipeline.processes): the parent may hold threads (progress display), which
+    # fork would copy mid-state.
+    with WorkerPool(jobs, name="synth") as pool:
         yield lambda fn, items: pool.map(fn, items)
 
 
