@@ -21,12 +21,12 @@ while the file is parsed. Both modules are importable because Airflow puts the D
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sluice_tasks
-from airflow.sdk import DAG, Param, TriggerRule, dag, task, task_group
+from airflow.sdk import DAG, CronTriggerTimetable, Param, TriggerRule, dag, task, task_group
 
 from pipeline.config import StepConfig, VendorConfig, load_vendors
 from pipeline.config.loader import VENDOR_SUFFIXES
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Runs are never back-filled (catchup is off); the start date only has to lie in the past.
-START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
 #: Retries of the run-level tasks; a step's own come from its config. Two absorb a database restart.
 RUN_TASK_RETRIES = 2
 #: First retry after a minute, then doubling up to a quarter of an hour: long enough for a database or
@@ -135,8 +133,7 @@ def build_vendor_dag(
         dag_id=vendor.name,
         description=vendor.description or None,
         doc_md=render_doc_md(vendor, vendor_file),
-        schedule=vendor.schedule.cron,
-        start_date=START_DATE,
+        schedule=schedule_of(vendor),
         catchup=False,
         max_active_runs=MAX_ACTIVE_RUNS,
         tags=dag_tags(vendor),
@@ -198,6 +195,20 @@ def build_vendor_dag(
         batches >> warehouse_sync() >> finalize()
 
     return vendor_pipeline()
+
+
+def schedule_of(vendor: VendorConfig) -> Any:
+    """The vendor's cron as a trigger timetable that never runs for a time already past.
+
+    Unpausing a DAG must not start a run nobody asked for, with the default toggles. With a start date in
+    the past and ``catchup`` off, Airflow schedules the most recent cron time at once when a DAG is
+    unpaused (a nightly vendor unpaused in the afternoon ran that night's job there and then). A
+    :class:`CronTriggerTimetable` with ``run_immediately=False`` and no start date waits for the next cron
+    time instead; a run now is what ``sluice run`` or the trigger form is for. No cron: manual runs only.
+    """
+    if vendor.schedule.cron is None:
+        return None
+    return CronTriggerTimetable(vendor.schedule.cron, timezone="UTC", run_immediately=False)
 
 
 def dag_tags(vendor: VendorConfig) -> list[str]:

@@ -2,14 +2,15 @@
 
 ``pipeline`` never imports ``airflow``; this module runs the ``airflow`` command of the same environment in
 subprocesses. Everything lives under ``$SLUICE_HOME/airflow``: its ``airflow.cfg`` (mode 0600: it holds
-the generated secrets), the metadata DB (SQLite with the LocalExecutor, or the Postgres URL given), the
-admin password file, pid files and service logs. The DAG folder is the repository's ``dags/`` and the
+the generated secrets), the admin password file, pid files and service logs. The metadata DB is the URL
+given (:func:`metadata_database_url`: a database of its own in the project's Postgres), or SQLite when none
+is given (the unit-level DAG tests). The DAG folder is the repository's ``dags/`` and the
 plugin folder its ``plugins/``; the services inherit the ``SLUICE_*`` settings, so tasks see the same
 catalog, store and vendor folder as the CLI that started them.
 
 Authentication is on: Airflow 3's simple auth manager with one ``admin`` user whose password is generated
 on the first ``up`` and kept in the password file. ``down`` stops exactly the process groups ``up``
-started (their pids and start times are recorded and checked before any signal is sent).
+started (their pids and start instants are recorded and checked before any signal is sent).
 :meth:`LocalAirflow.client` talks to the running installation (REST API, metadata DB).
 """
 
@@ -50,6 +51,9 @@ DEFAULT_PORT = 8080
 #: The LocalExecutor runs at most this many tasks at once. The pools are the real limit; this only has to
 #: exceed the largest pool (cpu 2 + io 4 + db 4 + gpu 1 by default).
 DEFAULT_PARALLELISM = 16
+#: How often the DAG processor re-reads the DAG files (Airflow's default is 30 s): a vendor file added
+#: while Airflow runs becomes a DAG within this, and ``vendor_dags.py`` parses in about a second.
+MIN_FILE_PROCESS_INTERVAL_S = 10
 #: ``airflow db migrate`` and ``pools import`` start a full Airflow (≈ 10 s here); the API server needs
 #: longer on first start (it builds the UI's routes).
 CLI_TIMEOUT_S = 300.0
@@ -108,6 +112,40 @@ def pools_from_vendors(vendors: Iterable[VendorConfig]) -> dict[str, PoolSpec]:
     return dict(sorted(pools.items()))
 
 
+def metadata_database_url(settings: Settings) -> str:
+    """Airflow's metadata DB: ``SLUICE_AIRFLOW_DATABASE_URL`` when set, else a database of its own on the
+    catalog's server, named ``<catalog database>_airflow`` (``sluice_airflow`` in the local cluster),
+    created when missing. The catalog's server must be running."""
+    if settings.airflow_database_url:
+        return settings.airflow_database_url
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from pipeline.errors import DatabaseError
+    from pipeline.pgserver import database_url
+
+    catalog = make_url(database_url(settings))
+    name = f"{catalog.database}_airflow"
+    engine = create_engine(catalog, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first()
+            if exists is None:
+                # DDL takes no bound parameters: the name is quoted as an identifier by the dialect.
+                conn.execute(text("CREATE DATABASE " + conn.dialect.identifier_preparer.quote(name)))
+                log.info("created Airflow's metadata database %s", name)
+    except SQLAlchemyError as exc:
+        raise DatabaseError(
+            f"cannot create Airflow's metadata database {name!r} beside the catalog "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0]}); create it, or set "
+            "SLUICE_AIRFLOW_DATABASE_URL to one Airflow may use"
+        ) from None
+    finally:
+        engine.dispose()
+    return catalog.set(database=name).render_as_string(hide_password=False)
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     """The ``SLUICE_*`` variables that give a child process these settings (relative paths resolved)."""
     from pipeline.orchestrate.vendors import vendors_folder
@@ -148,7 +186,9 @@ class LocalAirflow:
         self.dags_folder = Path(dags_folder).resolve()
         self.plugins_folder = Path(plugins_folder).resolve()
         self.project_dir = Path(project_dir).resolve()
-        self.metadata_url = metadata_url or f"sqlite:///{self.home / 'airflow.db'}"
+        # None: the metadata DB the services were last configured with, else SQLite under home.
+        recorded = self._recorded_metadata_url() if metadata_url is None else None
+        self.metadata_url = metadata_url or recorded or f"sqlite:///{self.home / 'airflow.db'}"
         self.requested_port = port
         self.parallelism = parallelism
         self.config_overrides = {k: dict(v) for k, v in (config_overrides or {}).items()}
@@ -193,6 +233,13 @@ class LocalAirflow:
     def admin_password(self) -> str:
         return str(json.loads(self.password_file.read_text())[ADMIN_USER])
 
+    def _recorded_metadata_url(self) -> str | None:
+        try:
+            url = json.loads(self.state_path.read_text()).get("metadata_url")
+        except (OSError, ValueError):
+            return None
+        return str(url) if url else None
+
     def _state(self) -> dict[str, Any]:
         """Secrets and the port, made once and kept: a restart must not invalidate tokens or logins."""
         if self.state_path.exists():
@@ -215,6 +262,8 @@ class LocalAirflow:
         for folder in (self.run_dir, self.log_dir):
             folder.mkdir(parents=True, exist_ok=True)
         state = self._state()
+        if not any(self._live_pid(c) is not None for c in COMPONENTS):
+            state["metadata_url"] = self.metadata_url  # what the services started from here will use
         _write_private(self.state_path, json.dumps(state, indent=1))
         if not self.password_file.exists():
             _write_private(self.password_file, json.dumps({ADMIN_USER: secrets.token_urlsafe(16)}))
@@ -244,6 +293,7 @@ class LocalAirflow:
             },
             "api_auth": {"jwt_secret": str(state["jwt_secret"])},
             "logging": {"base_log_folder": str(self.home / "logs")},
+            "dag_processor": {"min_file_process_interval": str(MIN_FILE_PROCESS_INTERVAL_S)},
         }
         for section, values in self.config_overrides.items():
             sections.setdefault(section, {}).update(values)
@@ -309,29 +359,40 @@ class LocalAirflow:
     def up(
         self, *, pools: Mapping[str, PoolSpec] | None = None, timeout_s: float = UP_TIMEOUT_S
     ) -> AirflowStatus:
-        """Configure, migrate, set the pools, start the services and wait until they report healthy.
+        """Configure, migrate, start the services, wait until they report healthy, set the pools.
 
-        When the API server is not running yet and its port is taken by something else, another free port
-        is chosen (and kept): the status and ``sluice airflow status`` show which.
+        When every service already runs, only the pools are set (through the REST API): nothing is
+        restarted, and the running services must use this installation's metadata DB. When the API server
+        is not running yet and its port is taken by something else, another free port is chosen (and
+        kept): the status and ``sluice airflow status`` show which.
         """
-        if self._live_pid("api-server") is None and self.state_path.exists():
-            state = self._state()
-            if not _port_is_free(int(state["port"])):
-                if self.requested_port is not None:
-                    raise AirflowLocalError(f"port {self.requested_port} is taken; choose another one")
-                state["port"] = _free_port(0)
-                log.warning("port taken: the API server moves to port %d", state["port"])
-                self.home.mkdir(parents=True, exist_ok=True)
-                _write_private(self.state_path, json.dumps(state, indent=1))
-        self.migrate()
-        if pools:
-            self.set_pools(pools)
-        for component in COMPONENTS:
-            if self._live_pid(component) is not None:
-                log.info("%s already running", component)
-                continue
-            self._start(component)
+        live = [c for c in COMPONENTS if self._live_pid(c) is not None]
+        if live:
+            recorded = self._state().get("metadata_url")
+            if recorded and recorded != self.metadata_url:
+                raise AirflowLocalError(
+                    f"the local Airflow in {self.home} runs ({', '.join(live)}) on another metadata DB "
+                    f"({_redacted(recorded)}); stop it first with `sluice airflow down`"
+                )
+        if len(live) < len(COMPONENTS):
+            if "api-server" not in live and self.state_path.exists():
+                state = self._state()
+                if not _port_is_free(int(state["port"])):
+                    if self.requested_port is not None:
+                        raise AirflowLocalError(f"port {self.requested_port} is taken; choose another one")
+                    state["port"] = _free_port(0)
+                    log.warning("port taken: the API server moves to port %d", state["port"])
+                    self.home.mkdir(parents=True, exist_ok=True)
+                    _write_private(self.state_path, json.dumps(state, indent=1))
+            self.migrate()
+            for component in COMPONENTS:
+                if component in live:
+                    log.info("%s already running", component)
+                    continue
+                self._start(component)
         self.wait_healthy(timeout_s=timeout_s)
+        if pools:
+            self.client().set_pools({name: (spec.slots, spec.description) for name, spec in pools.items()})
         return self.status()
 
     def _start(self, component: str) -> int:
@@ -347,33 +408,29 @@ class LocalAirflow:
                 # Its own process group, so that `down` stops it with everything it forked (task workers).
                 start_new_session=True,
             )
-        import psutil
-
-        started = psutil.Process(process.pid).create_time()
-        (self.run_dir / f"{component}.pid").write_text(f"{process.pid} {started!r}")
+        (self.run_dir / f"{component}.pid").write_text(f"{process.pid} {process_start_mark(process.pid)}")
         log.info("started airflow %s (pid %d), log %s", component, process.pid, log_path)
         return process.pid
 
     def _live_pid(self, component: str) -> int | None:
-        """The recorded pid of ``component`` if that very process (same start time) is still alive.
+        """The recorded pid of ``component`` if that very process (same start instant) is still alive.
 
-        The pid file holds the pid and the process's start time: a recycled pid never matches, so a signal
-        only ever goes to the process ``up`` started. (Its command line and environment cannot tell:
-        Airflow retitles its processes, which overwrites both in ``/proc``.)
+        The pid file holds the pid and the instant the process started (:func:`process_start_mark`): a
+        recycled pid never matches, so a signal only ever goes to the process ``up`` started. (Its command
+        line and environment cannot tell: Airflow retitles its processes, which overwrites both in
+        ``/proc``.)
         """
         import psutil
 
         pid_file = self.run_dir / f"{component}.pid"
         try:
-            pid_text, started_text = pid_file.read_text().split()
+            pid_text, mark = pid_file.read_text().split()
             pid = int(pid_text)
-            process = psutil.Process(pid)
-            if process.status() == psutil.STATUS_ZOMBIE:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
                 return None
-            same = abs(process.create_time() - float(started_text)) < 0.01
         except (OSError, ValueError, psutil.Error):
             return None
-        return pid if same else None
+        return pid if process_start_mark(pid) == mark else None
 
     def down(self, *, timeout_s: float = DOWN_TIMEOUT_S) -> list[str]:
         """Stop the services ``up`` started (SIGTERM to their process groups, SIGKILL after the timeout)."""
@@ -459,6 +516,28 @@ class LocalAirflow:
         return False
 
 
+def process_start_mark(pid: int) -> str:
+    """When process ``pid`` started, as a token that stays the same for that process's whole life.
+
+    On Linux: its start time in clock ticks since boot (``/proc/PID/stat``, field 22). Not psutil's
+    ``create_time()``: that adds the boot time, which the kernel derives from the wall clock, so a clock
+    step (an NTP correction, a VM resumed or its clock set) moves it, and ``down`` then took every service
+    it had started for a stranger's (it printed "nothing was running" while all four ran, and deleted their
+    pid files). Elsewhere, ``create_time()`` to the second. "" when there is no such process.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return "ticks:" + stat[stat.rindex(")") + 2 :].split()[19]
+    except (OSError, ValueError, IndexError):
+        pass
+    import psutil
+
+    try:
+        return f"created:{psutil.Process(pid).create_time():.0f}"
+    except psutil.Error:
+        return ""
+
+
 def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -495,6 +574,16 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def _redacted(url: str) -> str:
+    """A database URL without its password, for messages."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: say only its scheme
+        return url.split("://", 1)[0] + "://…"
+
+
 def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -516,6 +605,8 @@ __all__ = [
     "LocalAirflow",
     "PoolSpec",
     "ServiceStatus",
+    "metadata_database_url",
     "pools_from_vendors",
+    "process_start_mark",
     "settings_env",
 ]

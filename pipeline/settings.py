@@ -39,6 +39,13 @@ class Settings(BaseSettings):
     staging_max_age_s: float = Field(
         default=24 * 3600.0, gt=0, description="Age after which a tmp/ staging file counts as abandoned."
     )
+    airflow_database_url: str | None = Field(
+        default=None,
+        description=(
+            "SQLAlchemy URL of Airflow's metadata DB for the local Airflow (`sluice run`, `sluice airflow "
+            "up`, the demo); when unset, a database of its own beside the catalog, <catalog>_airflow."
+        ),
+    )
     ray_address: str | None = Field(default=None, description="Ray cluster address; unset = a local Ray.")
     vendors_dir: Path = Field(default=Path("dags/vendors"), description="Folder of vendor YAML files.")
     project_dir: Path = Field(

@@ -37,6 +37,7 @@ COMMAND_GROUPS: dict[str, str] = {
     "warehouse": "pipeline.cli.warehouse",
     "airflow": "pipeline.cli.airflow",
     "plan": "pipeline.cli.plan",
+    "run": "pipeline.cli.run",
 }
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sluice: robot-learning data platform.")

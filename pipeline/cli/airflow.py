@@ -54,18 +54,28 @@ def _vendor_pools(settings: Settings) -> dict[str, PoolSpec]:
 
 @app.command()
 def up(port: Port = None, metadata_url: MetadataUrl = None) -> None:
-    """Start the API server, scheduler, DAG processor and triggerer; print where to log in."""
+    """Start the API server, scheduler, DAG processor and triggerer; print where to log in.
+
+    The local Postgres is started (and the catalog migrated) when it is not up; Airflow's metadata DB is a
+    database of its own beside the catalog unless ``--metadata-url`` names another.
+    """
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    airflow, settings = _local(port, metadata_url)
-    pools = _vendor_pools(settings)
+    from pipeline.orchestrate.platform import local_platform
+    from pipeline.settings import load_settings
+
+    overrides = {"airflow_database_url": metadata_url} if metadata_url else {}
+    settings = load_settings(**overrides)
     console = Console()
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
     ) as bar:
-        bar.add_task("migrating the metadata DB, setting pools, starting Airflow", total=None)
-        status = airflow.up(pools=pools)
+        bar.add_task("starting Postgres if needed, migrating, starting Airflow", total=None)
+        with local_platform(settings, keep_running=True, port=port) as platform:
+            airflow = platform.airflow
+            status = airflow.status()
+    pools = _vendor_pools(settings)
     console.print(f"Airflow is up at [bold]{status.url}[/] (home {airflow.home})")
     console.print(f"log in as [bold]{status.user}[/] with password [bold]{airflow.admin_password()}[/]")
     console.print(f"(the password is kept in {status.password_file}; service logs in {airflow.log_dir})")
@@ -74,7 +84,7 @@ def up(port: Port = None, metadata_url: MetadataUrl = None) -> None:
 
 @app.command()
 def down() -> None:
-    """Stop the services `up` started."""
+    """Stop the services `up` started (the local Postgres stays up: `sluice db down` stops it)."""
     from rich.console import Console
 
     airflow, _ = _local()

@@ -85,7 +85,57 @@ class AirflowClient:
         return str(answer["access_token"])
 
     def unpause(self, dag_id: str) -> None:
-        self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        self.set_paused(dag_id, False)
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused})
+
+    def dag(self, dag_id: str) -> dict[str, Any]:
+        """The DAG as the API describes it (``is_paused``, ``next_dagrun_run_after``, ...)."""
+        found: dict[str, Any] = self.api("GET", f"/api/v2/dags/{dag_id}")
+        return found
+
+    def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        return found
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        """Every run of the DAG (newest first)."""
+        found = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=1000&order_by=-run_after")
+        return list(found["dag_runs"])
+
+    def run_task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """The run's task instances (mapped ones one per map index) as the API lists them."""
+        found = self.api(
+            "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=1000&order_by=map_index"
+        )
+        return list(found["task_instances"])
+
+    def task_error(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int
+    ) -> str | None:
+        """The exception a task attempt ended with (``Type: message``), read from its log; None if none."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+        try:
+            found = self.api("GET", f"{path}?map_index={map_index}&full_content=true")
+        except AirflowApiError:
+            return None
+        return log_error(found.get("content") if isinstance(found, dict) else None)
+
+    def set_pools(self, pools: Mapping[str, tuple[int, str]]) -> None:
+        """Create or resize these pools (name -> (slots, description)); other pools are left alone."""
+        known = {p["name"] for p in self.api("GET", "/api/v2/pools?limit=1000")["pools"]}
+        for name, (slots, description) in pools.items():
+            body = {"name": name, "slots": slots, "description": description, "include_deferred": False}
+            if name in known:
+                self.api("PATCH", f"/api/v2/pools/{name}", body)
+            else:
+                self.api("POST", "/api/v2/pools", body)
+
+    def api_import_errors(self) -> dict[str, str]:
+        """File -> stack trace of the DAG files that failed to import, as the API reports them."""
+        found = self.api("GET", "/api/v2/importErrors?limit=1000")["import_errors"]
+        return {str(e["filename"]): str(e["stack_trace"]) for e in found}
 
     def trigger(
         self, dag_id: str, conf: Mapping[str, Any] | None = None, *, run_id: str | None = None
@@ -164,6 +214,20 @@ class AirflowClient:
         finally:
             engine.dispose()
         return {str(r.filename): str(r.stacktrace) for r in rows}
+
+
+def log_error(content: Any) -> str | None:
+    """The last exception in a structured task log (Airflow 3's JSON log events), as ``Type: message``."""
+    if not isinstance(content, list):
+        return None
+    found = None
+    for event in content:
+        if not isinstance(event, dict):
+            continue
+        for detail in event.get("error_detail") or ():
+            if isinstance(detail, dict) and detail.get("exc_type"):
+                found = f"{detail['exc_type']}: {detail.get('exc_value', '')}".strip()
+    return found
 
 
 def _epoch(value: datetime | str | None) -> float | None:
