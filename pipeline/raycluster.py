@@ -1,4 +1,11 @@
-"""Ray for the heavy steps: a local Ray on one machine, the cluster at ``SLUICE_RAY_ADDRESS`` on many.
+"""Ray for the heavy steps: the cluster at ``SLUICE_RAY_ADDRESS``.
+
+``SLUICE_RAY_ADDRESS`` unset means no Ray, for DAG runs and the CLI alike: every step runs in its own task
+(or command) process, and the transcode's encoders in that process's worker pool
+(:mod:`pipeline.processes`). Set (``auto`` for a cluster ``ray start`` made on this machine, ``host:port``
+or ``ray://host:port``), DAG runs send the heavy steps there (:func:`pipeline.orchestrate.default_executor`)
+and ``sluice ingest --executor ray`` does too. Starting a private Ray inside each Airflow task would cost
+more than the batches of one machine gain, and would die with the task.
 
 Only this module and the runner import ``ray``; everything else stays importable without it.
 """
@@ -8,33 +15,38 @@ from __future__ import annotations
 import logging
 import math
 
-from pipeline.errors import InfrastructureError
+from pipeline.errors import ConfigError, InfrastructureError
 from pipeline.steps.base import Resources
 
 log = logging.getLogger(__name__)
 
-#: Ray's object store takes a share of memory per node; on a 2-core test machine keep it small so that
-#: the workers' own memory requests fit.
-LOCAL_OBJECT_STORE_BYTES = 256 << 20
+
+class RayNotConfiguredError(ConfigError):
+    """The Ray executor was asked for, but no cluster is configured."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "SLUICE_RAY_ADDRESS",
+            [
+                (
+                    "",
+                    "the ray executor needs a Ray cluster: start one (`ray start --head`) and set "
+                    "SLUICE_RAY_ADDRESS (e.g. auto), or use the local executor",
+                )
+            ],
+        )
 
 
 def ensure_ray(address: str | None) -> None:
-    """Connect to ``address`` or start a local Ray once per process (no dashboard, quiet workers)."""
+    """Connect this process to the cluster at ``address`` once (quiet workers)."""
     import ray
 
     if ray.is_initialized():
         return
-    if address:
-        ray.init(address=address, log_to_driver=False)
-        log.info("connected to Ray at %s", address)
-    else:
-        ray.init(
-            include_dashboard=False,
-            log_to_driver=False,
-            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-            configure_logging=False,
-        )
-        log.info("started a local Ray: %s", ray.cluster_resources())
+    if not address:
+        raise RayNotConfiguredError()
+    ray.init(address=address, log_to_driver=False)
+    log.info("connected to Ray at %s: %s", address, ray.cluster_resources())
 
 
 def workers_that_fit(res: Resources, n_items: int) -> int:

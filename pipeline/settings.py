@@ -46,7 +46,13 @@ class Settings(BaseSettings):
             "up`, the demo); when unset, a database of its own beside the catalog, <catalog>_airflow."
         ),
     )
-    ray_address: str | None = Field(default=None, description="Ray cluster address; unset = a local Ray.")
+    ray_address: str | None = Field(
+        default=None,
+        description=(
+            "Ray cluster for the heavy steps (`auto`, `host:port`, `ray://host:port`); unset = no Ray: every "
+            "step runs in its task's (or the command's) own processes."
+        ),
+    )
     vendors_dir: Path = Field(default=Path("dags/vendors"), description="Folder of vendor YAML files.")
     project_dir: Path = Field(
         default=Path("."), description="Folder that relative vendor source paths are resolved against."

@@ -17,7 +17,9 @@ def command(
         None, "--include", help="With PATH: only files matching this glob (repeatable); default every file."
     ),
     settle_s: float = typer.Option(None, "--settle-s", help="Override the vendor's settle time."),
-    executor: str = typer.Option("local", help="local or ray"),
+    executor: str = typer.Option(
+        "local", help="local (this process and its workers) or ray (the cluster at SLUICE_RAY_ADDRESS)"
+    ),
     gate: bool = typer.Option(True, help="Run the quality pre-gate after landing."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:

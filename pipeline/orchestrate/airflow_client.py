@@ -8,6 +8,7 @@ Airflow's ``task_instance`` and ``import_error`` tables, the figures the schedul
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -18,12 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import InfrastructureError
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 
 class AirflowApiError(InfrastructureError):
-    """Airflow's REST API refused a request or could not be reached."""
+    """Airflow's REST API refused a request (``status`` is its HTTP status) or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -69,20 +76,38 @@ class AirflowClient:
         self.url = url.rstrip("/")
         self.user = user
         self._password = password
+        self._cached_token: str | None = None
         self.metadata_url = metadata_url
 
     # -- the REST API -------------------------------------------------------------------------------------
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
-        """Call the REST API as the admin user; returns the decoded JSON (None for an empty answer)."""
-        token = self._token()
-        return _request(method, f"{self.url}{path}", body, {"Authorization": f"Bearer {token}"})
+        """Call the REST API as the admin user; returns the decoded JSON (None for an empty answer).
 
-    def _token(self) -> str:
-        answer = _request(
-            "POST", f"{self.url}/auth/token", {"username": self.user, "password": self._password}, {}
-        )
-        return str(answer["access_token"])
+        The login token is kept and renewed when the server refuses it. A request that times out or
+        finds the server unreachable is tried again a few times (a busy two-core machine makes the API
+        server slow to answer, not gone), except a POST, which may have been carried out.
+        """
+        for attempt in range(2):
+            token = self._token(renew=attempt > 0)
+            try:
+                return _request(method, f"{self.url}{path}", body, {"Authorization": f"Bearer {token}"})
+            except AirflowApiError as exc:
+                if exc.status != 401 or attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _token(self, *, renew: bool = False) -> str:
+        if self._cached_token is None or renew:
+            answer = _request(
+                "POST",
+                f"{self.url}/auth/token",
+                {"username": self.user, "password": self._password},
+                {},
+                retry=True,  # logging in twice is harmless
+            )
+            self._cached_token = str(answer["access_token"])
+        return self._cached_token
 
     def unpause(self, dag_id: str) -> None:
         self.set_paused(dag_id, False)
@@ -121,6 +146,18 @@ class AirflowClient:
         except AirflowApiError:
             return None
         return log_error(found.get("content") if isinstance(found, dict) else None)
+
+    def clear_failed(self, dag_id: str, run_id: str) -> None:
+        """Clear the run's failed tasks and everything downstream of them, as the UI's Clear does; the
+        run goes back to queued and the scheduler runs them again."""
+        body = {
+            "dry_run": False,
+            "dag_run_id": run_id,
+            "only_failed": True,
+            "include_downstream": True,
+            "reset_dag_runs": True,
+        }
+        self.api("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", body)
 
     def set_pools(self, pools: Mapping[str, tuple[int, str]]) -> None:
         """Create or resize these pools (name -> (slots, description)); other pools are left alone."""
@@ -240,17 +277,37 @@ def _epoch(value: datetime | str | None) -> float | None:
     return value.timestamp()
 
 
-def _request(method: str, url: str, body: Any, headers: Mapping[str, str]) -> Any:
+#: Attempts of a request that timed out or found no server, and the pause between them.
+REQUEST_ATTEMPTS = 4
+REQUEST_RETRY_PAUSE_S = 2.0
+REQUEST_TIMEOUT_S = 60.0
+
+
+def _request(
+    method: str, url: str, body: Any, headers: Mapping[str, str], *, retry: bool | None = None
+) -> Any:
+    """One API call; ``retry`` (default: for every method but POST) tries a timeout, a refused connection
+    or a server error again."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
         url, data=data, method=method, headers={"Content-Type": "application/json", **headers}
     )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            raw = response.read()
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:500]
-        raise AirflowApiError(f"{method} {url} answered {exc.code}: {detail}") from None
-    except OSError as exc:
-        raise AirflowApiError(f"{method} {url} failed: {exc}") from None
+    attempts = REQUEST_ATTEMPTS if (method != "POST" if retry is None else retry) else 1
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+                raw = response.read()
+            break
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            # A server error on a busy machine (the API server's database session timed out, say) is
+            # worth another try for a request that changes nothing.
+            if exc.code < 500 or attempt + 1 == attempts:
+                raise AirflowApiError(f"{method} {url} answered {exc.code}: {detail}", exc.code) from None
+            log.warning("%s %s answered %d; trying again", method, url, exc.code)
+            time.sleep(REQUEST_RETRY_PAUSE_S)
+        except OSError as exc:
+            if attempt + 1 == attempts:
+                raise AirflowApiError(f"{method} {url} failed: {exc}") from None
+            time.sleep(REQUEST_RETRY_PAUSE_S)
     return json.loads(raw) if raw else None

@@ -147,8 +147,8 @@ def reserve_start(
 def default_executor(step: StepName, settings: Settings) -> str:
     """Heavy media steps go to Ray when a cluster address is set; everything else runs in the task.
 
-    Without an address each Airflow task would start its own local Ray, which costs more than the small
-    batches of one machine gain from it.
+    Unset, there is no Ray (see :mod:`pipeline.raycluster`): the step runs in the task process and its
+    worker pool.
     """
     return "ray" if settings.ray_address and step in HEAVY_STEPS else "local"
 

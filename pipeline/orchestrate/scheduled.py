@@ -173,7 +173,15 @@ def follow_run(
             if state in FINISHED:
                 break
             if timeout_s is not None and time.monotonic() - started > timeout_s:
-                raise RunTimeoutError(f"run {dag_id}/{run_id} did not end within {timeout_s:g} s")
+                waiting = Counter(
+                    f"{ti['task_id']} {ti['state'] or 'none'}"
+                    for ti in tis
+                    if ti["state"] not in TASK_FINISHED
+                )
+                raise RunTimeoutError(
+                    f"run {dag_id}/{run_id} did not end within {timeout_s:g} s; unfinished: "
+                    + ", ".join(f"{n} {what}" for what, n in sorted(waiting.items()))
+                )
             time.sleep(POLL_S)
     finally:
         if repause:

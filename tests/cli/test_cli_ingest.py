@@ -66,3 +66,37 @@ def test_ingest_list_quarantine_and_scrub(tmp_path: Path, migrated_database_url:
     code, out = _run(["scrub", "--json"], env)
     assert code == 1
     assert [(f["sha256"], f["problem"]) for f in json.loads(out)["findings"]] == [(victim.sha256, "hash")]
+
+
+def test_the_ray_executor_without_a_cluster_is_a_clear_error(
+    tmp_path: Path, migrated_database_url: str
+) -> None:
+    """SLUICE_RAY_ADDRESS unset means no Ray for the CLI as for DAG runs: asking for Ray says what to set."""
+    import subprocess
+    import sys
+
+    make_robot_drop(tmp_path / "drop", RobotDropConfig(episodes=1, seconds=1, width=64, height=48))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    env |= {"SLUICE_HOME": str(tmp_path / "home"), "SLUICE_DATABASE_URL": migrated_database_url}
+    sluice = Path(sys.executable).with_name("sluice")
+    done = subprocess.run(
+        [
+            str(sluice),
+            "ingest",
+            str(tmp_path / "drop"),
+            "--kind",
+            "mcap",
+            "--settle-s",
+            "0",
+            "--executor",
+            "ray",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "the ray executor needs a Ray cluster" in " ".join(done.stderr.split())

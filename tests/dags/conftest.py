@@ -11,15 +11,19 @@ repository's factory and :mod:`dag_test_steps` (the registered steps with failur
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from dag_helpers import REPO_DAGS, AirflowHome, SyntheticVendor, vendor_config
+from scheduler_harness import DAG_FILE as SCHEDULER_DAG_FILE
+from scheduler_harness import SchedulerHarness
 
 AIRFLOW_BIN = Path(sys.executable).with_name("airflow")
 TEST_DAG_FILE = '''"""Airflow DAGs of the test suite: the vendors of SLUICE_VENDORS_DIR, run with dag_test_steps."""
@@ -90,3 +94,67 @@ def synthetic_vendor(
         monkeypatch.setenv(key, str(value))
     monkeypatch.delenv("SLUICE_RAY_ADDRESS", raising=False)
     return SyntheticVendor(name, vendors_dir, drop, store, migrated_database_url, airflow_home)
+
+
+@pytest.fixture(scope="session")
+def scheduler(tmp_path_factory: pytest.TempPathFactory, pg_server: Any) -> Iterator[SchedulerHarness]:
+    """The session's real Airflow: services on a metadata DB of the suite's Postgres (see scheduler_harness).
+
+    Stopped at the end with ``sluice airflow down``, which must find and stop all four services.
+    """
+    from pipeline.airflow_local import LocalAirflow
+    from pipeline.catalog import migrate
+    from pipeline.config import DEFAULT_POOLS
+    from pipeline.pgserver import free_port
+
+    root = tmp_path_factory.mktemp("scheduler")
+    dags, vendors, store, home = root / "dags", root / "vendors", root / "store", root / "home"
+    for folder in (dags, vendors, store, home):
+        folder.mkdir()
+    (dags / "test_vendor_dags.py").write_text(SCHEDULER_DAG_FILE)
+    catalog_url = pg_server.create_database("dags_scheduler")
+    migrate.upgrade(catalog_url)
+    sluice_env = {
+        "SLUICE_HOME": str(home),
+        "SLUICE_DATABASE_URL": catalog_url,
+        "SLUICE_STORE_URL": str(store),
+        "SLUICE_VENDORS_DIR": str(vendors),
+        "SLUICE_PROJECT_DIR": str(root),
+    }
+    airflow = LocalAirflow(
+        home / "airflow",
+        sluice_env=sluice_env,
+        dags_folder=dags,
+        extra_python_path=[REPO_DAGS, Path(__file__).resolve().parent],
+        metadata_url=pg_server.create_database("dags_scheduler_airflow"),
+        parallelism=8,
+        port=free_port(),  # never a developer's own Airflow on 8080
+    )
+    from pipeline.airflow_local import PoolSpec
+
+    pools = {name: PoolSpec(p["slots"], p["description"]) for name, p in DEFAULT_POOLS.items()}
+    # Several tests' runs at once: more cpu slots than cores keep them from queueing behind each other.
+    pools["cpu"] = PoolSpec(4, pools["cpu"].description)
+    airflow.up(pools=pools)
+    try:
+        yield SchedulerHarness(airflow, root, vendors, store, catalog_url)
+    finally:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SLUICE_"))}
+        done = subprocess.run(
+            [str(AIRFLOW_BIN.with_name("sluice")), "airflow", "down"],
+            env={**env, **sluice_env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        still = airflow.status().running or any(s.running for s in airflow.status().services)
+        airflow.down()
+        assert done.stdout.split() == [
+            "stopped:",
+            "triggerer,",
+            "dag-processor,",
+            "scheduler,",
+            "api-server",
+        ], done.stdout + done.stderr
+        assert not still

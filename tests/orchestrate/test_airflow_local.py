@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import stat
 from pathlib import Path
 
 import pytest
 from orchestrate_helpers import write_vendor
 
-from pipeline.airflow_local import ADMIN_USER, LocalAirflow, pools_from_vendors, settings_env
+from pipeline.airflow_local import (
+    ADMIN_USER,
+    LocalAirflow,
+    pools_from_vendors,
+    process_start_mark,
+    settings_env,
+)
 from pipeline.bench.stagger import peak_completions
 from pipeline.orchestrate.airflow_client import TaskInstanceTimes, peak_pool_slots
 from pipeline.settings import load_settings
@@ -65,6 +72,8 @@ def test_configuration_is_private_complete_and_stable(tmp_path: Path) -> None:
     assert cfg["core"]["simple_auth_manager_users"] == f"{ADMIN_USER}:admin"
     assert cfg["core"]["execution_api_server_url"] == "http://127.0.0.1:18080/execution/"
     assert cfg["database"]["sql_alchemy_conn"] == f"sqlite:///{settings.home_abs / 'airflow' / 'airflow.db'}"
+    # A vendor file added while Airflow runs becomes a DAG within seconds, not Airflow's default 30.
+    assert int(cfg["dag_processor"]["min_file_process_interval"]) <= 10
     password = airflow.admin_password()
     secret = cfg["api_auth"]["jwt_secret"]
     assert len(password) >= 16 and len(secret) >= 32
@@ -96,3 +105,40 @@ def test_every_setting_off_its_default_reaches_the_services(tmp_path: Path) -> N
     env = LocalAirflow.from_settings(settings).env()
     assert (env["SLUICE_STORE_VERIFY"], env["SLUICE_STAGING_MAX_AGE_S"]) == ("full", "60.0")
     assert "SLUICE_RAY_ADDRESS" not in env  # defaults stay unset
+
+
+def test_a_clock_step_does_not_make_down_forget_the_services_up_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``down`` recognises its services by pid and start instant. psutil's create_time() adds the boot time,
+    which the kernel derives from the wall clock: set the clock (simulated here by moving psutil's boot
+    time an hour) and every service looked like a stranger's, so down printed "nothing was running"."""
+    import subprocess
+
+    import psutil
+
+    airflow = LocalAirflow(tmp_path / "airflow", sluice_env={})
+    airflow.configure()
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        (airflow.run_dir / "scheduler.pid").write_text(f"{sleeper.pid} {process_start_mark(sleeper.pid)}")
+        assert airflow._live_pid("scheduler") == sleeper.pid
+        real_boot = psutil.boot_time()
+        monkeypatch.setattr(psutil, "boot_time", lambda: real_boot + 3600)
+        monkeypatch.setattr(psutil._pslinux, "BOOT_TIME", real_boot + 3600, raising=False)
+        assert airflow._live_pid("scheduler") == sleeper.pid
+        assert airflow.down() == ["scheduler"]
+        sleeper.wait(timeout=10)  # reaped by down already, or now
+        assert not psutil.pid_exists(sleeper.pid)
+    finally:
+        sleeper.kill()
+    # A recycled pid is never taken for the service: a mark of another process does not match.
+    (airflow.run_dir / "scheduler.pid").write_text(f"{os.getpid()} ticks:1")
+    assert airflow._live_pid("scheduler") is None
+
+
+def test_the_metadata_url_in_use_is_remembered_and_another_one_refused_while_running(tmp_path: Path) -> None:
+    airflow = LocalAirflow(tmp_path / "airflow", sluice_env={}, metadata_url="postgresql://u:secret@h/a")
+    airflow.configure()
+    # Tools that only talk to a running installation (status, down, the client) find its metadata DB.
+    assert LocalAirflow(tmp_path / "airflow", sluice_env={}).metadata_url == "postgresql://u:secret@h/a"
