@@ -198,17 +198,19 @@ def build_vendor_dag(
 
 
 def schedule_of(vendor: VendorConfig) -> Any:
-    """The vendor's cron as a trigger timetable that never runs for a time already past.
+    """The vendor's cron as a trigger timetable whose first run is the next cron time, never one past.
 
     Unpausing a DAG must not start a run nobody asked for, with the default toggles. With a start date in
     the past and ``catchup`` off, Airflow schedules the most recent cron time at once when a DAG is
-    unpaused (a nightly vendor unpaused in the afternoon ran that night's job there and then). A
-    :class:`CronTriggerTimetable` with ``run_immediately=False`` and no start date waits for the next cron
-    time instead; a run now is what ``sluice run`` or the trigger form is for. No cron: manual runs only.
+    unpaused (a nightly vendor unpaused in the afternoon ran that night's job there and then). With no
+    start date, a :class:`CronTriggerTimetable` picks its first run by ``run_immediately``; its ``False``
+    still takes the cron time just past when it is less than a tenth of the period (at least 5 minutes)
+    ago (a 02:00 vendor unpaused at 02:07 ran at once: seen in the demo), so the window is made zero. A
+    run now is what ``sluice run`` or the trigger form is for. No cron: manual runs only.
     """
     if vendor.schedule.cron is None:
         return None
-    return CronTriggerTimetable(vendor.schedule.cron, timezone="UTC", run_immediately=False)
+    return CronTriggerTimetable(vendor.schedule.cron, timezone="UTC", run_immediately=timedelta(0))
 
 
 def dag_tags(vendor: VendorConfig) -> list[str]:

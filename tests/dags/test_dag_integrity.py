@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,26 @@ def test_every_vendor_file_becomes_a_dag_and_nothing_fails_to_import(repo_bag: A
     assert set(repo_bag.dag_ids) == {path.stem for path in VENDOR_FILES}
 
 
+def _assert_first_run_is_the_next_cron_time(dag: Any) -> None:
+    """Unpausing the DAG just after a cron time (7 minutes, as the demo once did at 02:07 for a 02:00
+    vendor) schedules the next cron time, not the one past: judged by the scheduler's own timetable,
+    deserialized from what the DAG processor stores."""
+    from unittest import mock
+
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import TimeRestriction
+
+    timetable = DagSerialization.from_dict(DagSerialization.to_dict(dag)).timetable
+    past = timetable._align_to_prev(timetable._align_to_prev(datetime.now(UTC)) - timedelta(seconds=1))
+    for after in (timedelta(minutes=7), timedelta(seconds=1)):
+        with mock.patch("airflow.timetables.trigger.utcnow", return_value=past + after):
+            info = timetable.next_dagrun_info(
+                last_automated_data_interval=None,
+                restriction=TimeRestriction(earliest=None, latest=None, catchup=dag.catchup),
+            )
+        assert info.run_after == timetable._get_next(past), (dag.dag_id, after, info.run_after)
+
+
 @pytest.mark.parametrize("vendor_file", VENDOR_FILES, ids=lambda p: p.stem)
 def test_dag_settings_come_from_the_vendor_config(repo_bag: Any, vendor_file: Path) -> None:
     vendor = load_vendor(vendor_file, base_dir=REPO)
@@ -68,9 +88,8 @@ def test_dag_settings_come_from_the_vendor_config(repo_bag: Any, vendor_file: Pa
     if vendor.schedule.cron is None:
         assert dag.schedule is None
     else:
-        # The vendor's cron, never run for a time already past when the DAG is unpaused.
-        assert dag.timetable.expression == vendor.schedule.cron
-        assert dag.timetable.run_immediately is False and dag.start_date is None
+        assert dag.timetable.expression == vendor.schedule.cron and dag.start_date is None
+        _assert_first_run_is_the_next_cron_time(dag)
     for step, config in vendor.steps.items():
         task = dag.get_task(step.value)
         assert (task.pool, task.pool_slots, task.retries) == (config.pool, config.pool_slots, config.retries)
