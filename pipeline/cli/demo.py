@@ -1,15 +1,18 @@
 """``sluice demo``: the main job end to end on embedded defaults, then everything it started is stopped.
 
-1. start the local Postgres under SLUICE_HOME (unless SLUICE_DATABASE_URL is set) and migrate the catalog;
-2. validate the example vendors in ``dags/vendors``;
-3. generate each vendor's synthetic drop where its config points (with a few named defects);
-4. migrate the local Airflow's metadata DB and create the vendors' pools;
-5. run each vendor's DAG from ``dags/`` once through ``airflow dags test`` (no scheduler, so no services to
-   start or stop), with annotate and shard switched on in the run's conf: discover, plan, ingest, pre-gate,
-   transcode, post-gate, annotate, shard, warehouse sync;
-6. build a versioned dataset from the warehouse (the runs' warehouse_sync tasks brought it up to date) and
+1. validate the example vendors in ``dags/vendors``;
+2. generate each vendor's synthetic drop where its config points (with a few named defects);
+3. start what ``sluice run`` starts (:func:`pipeline.orchestrate.platform.local_platform`): the local
+   Postgres under SLUICE_HOME (unless SLUICE_DATABASE_URL is set) with the catalog migrated, Airflow's
+   metadata DB as a database of its own beside it, and the local Airflow's services (API server, scheduler
+   with the LocalExecutor, DAG processor, triggerer) with the vendors' pools;
+4. trigger each vendor's DAG from ``dags/`` once through the REST API, as ``sluice run`` and the trigger
+   form do, with annotate and shard switched on in the run's conf, and follow both runs to their end:
+   discover, plan, ingest, pre-gate, transcode, post-gate, annotate, shard, warehouse sync;
+5. build a versioned dataset from the warehouse (the runs' warehouse_sync tasks brought it up to date) and
    load its manifest as training rank 0 of 2 would;
-7. print what ended where: the runs, the states per vendor and why each quarantined file was held back.
+6. print what ended where: the runs, the states per vendor and why each quarantined file was held back;
+7. stop what it started (``--keep-running`` leaves it up, with the runs in the Airflow UI).
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from pipeline.cli._common import console, print_table
+
+if TYPE_CHECKING:
+    from pipeline.orchestrate.platform import Platform
 
 #: Defects the demo drops carry, so the gate has something to show.
 ROBOT_DEFECTS = ("truncated", "crc_flipped", "clock_jump", "duplicate", "dropped_frames")
@@ -32,37 +38,32 @@ DEMO_RUN_CONF = {"annotate": True, "shard": True}
 
 
 def command(
-    keep_running: bool = typer.Option(False, help="Leave the local Postgres running afterwards."),
+    keep_running: bool = typer.Option(
+        False, help="Leave Postgres and Airflow running afterwards (the demo's runs stay in the UI)."
+    ),
     episodes: int = typer.Option(4, help="Clean robot episodes in the drop."),
     seconds: float = typer.Option(3.0, help="Length of each synthetic episode or clip."),
 ) -> None:
-    """Run the main job end to end on embedded defaults (local Postgres, local store, generated drops)."""
-    from pipeline.pgserver import local_cluster, migrate_catalog
+    """Run the main job end to end on embedded defaults (local Postgres and Airflow, generated drops)."""
+    from pipeline.orchestrate.platform import local_platform
     from pipeline.settings import load_settings
 
     settings = load_settings()
-    started_here = False
-    cluster = local_cluster(settings)
     t0 = time.monotonic()
-    try:
-        if not settings.database_url:
-            started_here = not cluster.status().running
-            with console.status("starting Postgres…"):
-                cluster.up()
-            console.print(f"[green]✓[/] Postgres on 127.0.0.1:{cluster.status().port} ({cluster.data_dir})")
-        migrate_catalog(settings)
-        console.print("[green]✓[/] catalog migrated, roles granted")
-        vendors = _validate(settings)
-        drops = _make_drops(vendors, settings, episodes=episodes, seconds=seconds)
-        if not _run_dags(vendors, settings):
+    vendors = _validate(settings)
+    drops = _make_drops(vendors, settings, episodes=episodes, seconds=seconds)
+    with local_platform(
+        settings, keep_running=keep_running, say=lambda m: console.print(f"[green]✓[/] {m}")
+    ) as platform:
+        if not _run_dags(vendors, platform):
             raise typer.Exit(1)
         _dataset(settings)
         _summary(settings, drops)
         console.print(f"\n[bold green]demo finished in {time.monotonic() - t0:.0f} s[/]")
-    finally:
-        if started_here and not keep_running:
-            cluster.down()
-            console.print("Postgres stopped (use --keep-running to explore with `sluice files list`)")
+        if keep_running:
+            console.print(
+                f"explore with `sluice files list`, `sluice status`, or the Airflow UI at {platform.airflow.url}"
+            )
 
 
 def _validate(settings: Any) -> dict[str, Any]:
@@ -116,28 +117,43 @@ def _make_drops(vendors: dict[str, Any], settings: Any, *, episodes: int, second
     return drops
 
 
-def _run_dags(vendors: dict[str, Any], settings: Any) -> bool:
-    """Each vendor's DAG, once, through the local Airflow; False when a run failed."""
-    from pipeline.airflow_local import LocalAirflow, pools_from_vendors
-    from pipeline.orchestrate.dag_test import run_dag
+def _run_dags(vendors: dict[str, Any], platform: Platform) -> bool:
+    """Each vendor's DAG, once, through the scheduler (both runs at once); False when a run failed."""
+    from pipeline.orchestrate.scheduled import follow_run, run_conf, trigger_run
+    from pipeline.steps.runner import build_context
 
-    airflow = LocalAirflow.from_settings(settings)
-    with console.status("migrating the local Airflow's metadata DB…"):
-        airflow.migrate()
-        airflow.set_pools(pools_from_vendors(vendors.values()))
-    console.print(f"[green]✓[/] Airflow metadata DB and pools in {airflow.home}")
+    client = platform.airflow.client()
+    started = {}
+    for name, vendor in vendors.items():
+        run_id, was_paused = trigger_run(client, name, run_conf(vendor, conf=DEMO_RUN_CONF))
+        started[name] = (run_id, was_paused)
+        console.print(f"[green]✓[/] triggered {name} run {run_id}")
+    ctx = build_context(platform.settings)
     ok = True
-    for name in vendors:
-        with console.status(f"running the {name} DAG (airflow dags test)…"):
-            run = run_dag(airflow, name, conf=DEMO_RUN_CONF)
-        mark = "[green]✓[/]" if run.succeeded else "[red]✖[/]"
-        console.print(
-            f"{mark} DAG {name}: run {run.run_id} {run.state} in {run.seconds:.0f} s (log {run.log_path})"
-        )
-        for task_id, states in run.task_states().items():
-            counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
-            console.print(f"    {task_id}: {counts}")
-        ok = ok and run.succeeded
+    try:
+        for name, (run_id, was_paused) in started.items():
+            with console.status(f"following the {name} run through the scheduler…"):
+                run = follow_run(client, name, run_id, repause=was_paused, catalog=ctx.engine)
+            mark = "[green]✓[/]" if run.succeeded else "[red]✖[/]"
+            waits = sorted(run.queue_latency_s())
+            latency = f", median queued→running {waits[len(waits) // 2]:.1f} s" if waits else ""
+            console.print(
+                f"{mark} DAG {name}: run {run.run_id} {run.state} after {run.seconds:.0f} s of following"
+                f" (pipeline run {run.outcome}{latency})"
+            )
+            for task_id, states in run.task_states().items():
+                counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+                console.print(f"    {task_id}: {counts}", highlight=False)
+            for failure in run.failures:
+                if failure.error:
+                    console.print(f"    [red]{failure.task}[/]: {failure.error}", highlight=False)
+            for item in run.failed_items:
+                console.print(
+                    f"    [red]{item['step']} on {item['path']}[/]: {item['detail']}", highlight=False
+                )
+            ok = ok and run.succeeded
+    finally:
+        ctx.engine.dispose()
     return ok
 
 

@@ -1,8 +1,10 @@
-"""``sluice demo`` end to end, as ``make demo`` runs it: both example vendors through their Airflow DAGs.
+"""``sluice demo`` end to end, as ``make demo`` runs it: both example vendors through their Airflow DAGs,
+triggered through the REST API and run by a real scheduler.
 
 The demo runs in a subprocess on a copy of the project's vendor and dataset files (so its drops land in the
-test's folder), against a fresh database of the suite's Postgres; what it left is then read back from the
-catalog, the store and the Airflow metadata DB.
+test's folder), against a fresh database of the suite's Postgres (Airflow's metadata DB is made beside it);
+what it left is then read back from the catalog, the store and the Airflow metadata DB, and nothing it
+started may still run.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -26,38 +27,63 @@ REPO = Path(__file__).resolve().parents[2]
 SLUICE = Path(sys.executable).with_name("sluice")
 
 
-def test_demo_runs_both_vendor_dags_end_to_end(tmp_path: Path, fresh_database_url) -> None:
+@pytest.mark.timeout(1800)
+def test_demo_runs_both_vendor_dags_end_to_end_through_the_scheduler(
+    tmp_path: Path, fresh_database_url
+) -> None:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from pipeline.airflow_local import LocalAirflow
+
     project = tmp_path / "project"
     for folder in ("vendors", "datasets"):
         shutil.copytree(REPO / "dags" / folder, project / "dags" / folder)
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SLUICE_"))}
+    catalog_url = fresh_database_url()
     env |= {
         "SLUICE_HOME": str(home),
         "SLUICE_PROJECT_DIR": str(project),
         "SLUICE_VENDORS_DIR": str(project / "dags" / "vendors"),
-        "SLUICE_DATABASE_URL": fresh_database_url(),
+        "SLUICE_DATABASE_URL": catalog_url,
     }
 
-    done = subprocess.run(
-        [str(SLUICE), "demo", "--episodes", "2", "--seconds", "2"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    airflow = LocalAirflow(home / "airflow", sluice_env={})
+    try:
+        done = subprocess.run(
+            [str(SLUICE), "demo", "--episodes", "2", "--seconds", "2"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            check=False,
+        )
+    finally:
+        # What the demo started, it stopped (stopped here all the same when the demo did not, or hung).
+        left_running = [s.component for s in airflow.status().services if s.running]
+        airflow.down()
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert left_running == []
 
-    # Both DAGs ran every step through Airflow, annotate and shard switched on by the run's conf.
-    with sqlite3.connect(home / "airflow" / "airflow.db") as db:
-        runs = dict(db.execute("SELECT dag_id, state FROM dag_run"))
-        tasks = {
-            (dag, task): state
-            for dag, task, state in db.execute("SELECT dag_id, task_id, state FROM task_instance")
-        }
+    # Both DAGs ran every step through the scheduler, annotate and shard switched on by the run's conf.
+    catalog = make_url(catalog_url)
+    metadata = create_engine(catalog.set(database=f"{catalog.database}_airflow"))
+    try:
+        with metadata.connect() as db:
+            runs = dict(db.execute(text("SELECT dag_id, state FROM dag_run")).all())
+            triggers = {t for (t,) in db.execute(text("SELECT triggered_by FROM dag_run"))}
+            tasks = {
+                (dag, task): state
+                for dag, task, state in db.execute(text("SELECT dag_id, task_id, state FROM task_instance"))
+            }
+            executors = {e for (e,) in db.execute(text("SELECT DISTINCT hostname FROM task_instance"))}
+    finally:
+        metadata.dispose()
     assert runs == {"acme_robotics": "success", "northwind_video": "success"}
+    assert {str(t).lower() for t in triggers} == {"rest_api"}  # as the UI triggers, not `dags test`
+    assert executors and "" not in executors
     for dag in runs:
         for task in ("ingest", "quality_pre", "transcode", "quality_post", "annotate", "shard", "finalize"):
             assert tasks[(dag, task)] == "success", (dag, task, tasks)
