@@ -4,17 +4,22 @@
 platform has never seen is complete (its ready marker written) and stops when a training rank holds its
 first batch of decoded samples:
 
-1. ``dag``: the vendor's DAG from ``dags/`` runs once through the local Airflow (``airflow dags test``:
-   discover, plan, ingest, pre-gate, transcode, post-gate, warehouse sync; the vendor's defaults leave
-   annotate and shard off, and a first batch needs neither);
+1. ``dag``: the vendor's DAG from ``dags/`` runs once through the real scheduler, triggered through the
+   REST API as ``sluice run`` does (discover, plan, ingest, pre-gate, transcode, post-gate, warehouse sync;
+   the vendor's defaults leave annotate and shard off, and a first batch needs neither);
 2. ``dataset``: a dataset version over the vendor is built from the warehouse and its manifest written;
 3. ``manifest``: training rank 0 fetches the manifest into its node cache and memory-maps its share;
 4. ``first_batch``: :class:`pipeline.reader.SampleLoader` (the product's loader, as a training job uses it)
    reads its first batch of samples through :class:`pipeline.reader.EpisodeReader`.
 
-The throwaway Postgres, the Airflow metadata DB and the drop are made before the clock starts (a running
-platform has them); the ``airflow dags test`` process's start (≈ 8 s of imports here) is inside it, as a
-worker's would be. The DAG's own time is broken down per task from the metadata DB.
+The throwaway Postgres, Airflow's metadata DB on it, the Airflow services (API server, scheduler with the
+LocalExecutor, DAG processor, triggerer) and the drop are made before the clock starts: a running platform
+has them. The scheduler's own latency is reported beside: how long each task instance waited between
+being queued and running (``scheduler_queue_latency_s_*``), and what the DAG's tasks themselves took.
+
+The same chain with ``airflow dags test`` in place of the scheduler (every task in one process, in order,
+no executor) runs after it on a second new vendor with a drop of its own, and is reported beside
+(``time_to_first_batch_dags_test_s``): the difference is what the scheduler path costs.
 
 **Data stall** (``data_stall_pct``). A simulated training loop over the manifest's train split: each step
 takes a batch from the loader, then "computes" for ``step_ms`` (a sleep: the accelerator's time, during
@@ -46,6 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VENDOR = "e2e_robotics"
+#: A second new vendor, run with ``airflow dags test`` for the figure beside the scheduler's.
+DAGS_TEST_VENDOR = "e2e_robotics_dags_test"
 DATASET = "e2e_first_batch"
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -111,73 +118,60 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
 
 
 def _run(work: Path, options: dict[str, Any], size: str) -> dict[str, Any]:
-    from pipeline.airflow_local import LocalAirflow, settings_env
+    from pipeline.airflow_local import LocalAirflow, PoolSpec, settings_env
     from pipeline.catalog import make_engine, migrate
-    from pipeline.orchestrate.dag_test import run_dag
+    from pipeline.config import DEFAULT_POOLS
     from pipeline.pgserver import LocalPostgres
-    from pipeline.store import Store
 
     wall_started = time.perf_counter()
     server = LocalPostgres(work / "pg", fast=True)
     url = server.up()
+    airflow: LocalAirflow | None = None
     try:
         migrate.upgrade(url)
-        drop = work / "drop"
         vendors_dir = work / "vendors"
         vendors_dir.mkdir()
-        (vendors_dir / f"{VENDOR}.yaml").write_text(_vendor_yaml(drop))
+        for name in (VENDOR, DAGS_TEST_VENDOR):
+            (vendors_dir / f"{name}.yaml").write_text(_vendor_yaml(name, work / "drops" / name))
         home = work / "home"
         settings = Settings(home=home, database_url=url, vendors_dir=vendors_dir)
-        airflow = LocalAirflow(home / "airflow", sluice_env=settings_env(settings))
-        airflow.migrate()
-        staged = _make_drop(work / "drop.partial", options)
-
-        # -- the clock starts: the drop appears, complete --------------------------------------------------
-        t0 = time.perf_counter()
-        staged.rename(drop)
-        (drop / "_READY").touch()
-        run = run_dag(airflow, VENDOR)
-        t_dag = time.perf_counter()
-        if not run.succeeded:
-            raise BenchRunFailed(f"the {VENDOR} DAG run ended {run.state}; see {run.log_path}")
-        engine = make_engine(url)
-        store = Store(home / "store")
-        version = _build_dataset(work, engine, settings, store)
-        t_dataset = time.perf_counter()
-        manifest = _open_manifest(version.manifest_uri, work / "cache")
-        t_manifest = time.perf_counter()
-        # The loader a training job starts with; nothing is prefetched yet when the first batch is asked for.
-        # Imported on the clock, as a training process imports it: the reader pulls in PyAV and numpy.
-        from pipeline.reader import SampleLoader
-
-        loader = SampleLoader(
-            manifest,
-            options["batch_size"],
-            workers=options["loader_workers"],
-            prefetch=0,
-            seed=SEED,
-            window_s=WINDOW_S,
+        airflow = LocalAirflow(
+            home / "airflow",
+            sluice_env=settings_env(settings),
+            metadata_url=server.create_database("airflow"),
         )
-        first = next(iter(loader))
-        t_first = time.perf_counter()
-        loader.close()
-        episodes = len(loader.uris)
-        # -- the clock stops -------------------------------------------------------------------------------
-
-        phases = {
-            "dag": t_dag - t0,
-            "dataset": t_dataset - t_dag,
-            "manifest": t_manifest - t_dataset,
-            "first_batch": t_first - t_manifest,
+        staged = {
+            name: _make_drop(work / f"{name}.partial", options, seed=seed)
+            for name, seed in ((VENDOR, 0), (DAGS_TEST_VENDOR, 1))
         }
-        stall = _stall(manifest, options)
-        engine.dispose()
+        airflow.up(pools={n: PoolSpec(p["slots"], p["description"]) for n, p in DEFAULT_POOLS.items()})
+        client = airflow.client()
+        client.wait_for_dags([VENDOR, DAGS_TEST_VENDOR])
+        engine = make_engine(url)
+        try:
+            scheduled = _first_batch(work, options, settings, engine, staged[VENDOR], VENDOR, airflow)
+            dags_test = _first_batch(
+                work, options, settings, engine, staged[DAGS_TEST_VENDOR], DAGS_TEST_VENDOR, airflow
+            )
+            stall = _stall(scheduled["manifest"], options)
+        finally:
+            engine.dispose()
     finally:
+        if airflow is not None:
+            airflow.down()
         server.destroy()
 
+    run = scheduled["run"]
+    waits = sorted(run.queue_latency_s())
     tasks = _task_seconds(run)
+    phases = scheduled["phases"]
     results: dict[str, Any] = {
-        "time_to_first_batch_s": round(t_first - t0, 3),
+        "time_to_first_batch_s": scheduled["seconds"],
+        "time_to_first_batch_dags_test_s": dags_test["seconds"],
+        "scheduler_queue_latency_s_median": round(statistics.median(waits), 3),
+        "scheduler_queue_latency_s_p90": round(waits[int(0.9 * (len(waits) - 1))], 3),
+        "scheduler_queue_latency_s_max": round(waits[-1], 3),
+        "scheduler_queue_latency_s_total": round(sum(waits), 3),
         "data_stall_pct": stall["prefetch"]["stall_pct"],
         "data_stall_pct_synchronous": stall["synchronous"]["stall_pct"],
         "step_ms": options["step_ms"],
@@ -187,12 +181,18 @@ def _run(work: Path, options: dict[str, Any], size: str) -> dict[str, Any]:
         "batch_ms_median": stall["synchronous"]["batch_ms_median"],
         "samples_per_s_one_worker": stall["synchronous"]["samples_per_s"],
         "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
+        "phase_seconds_dags_test": {k: round(v, 3) for k, v in dags_test["phases"].items()},
         "dag_task_seconds": tasks,
-        "dag_process_overhead_s": round(phases["dag"] - sum(tasks.values()), 3),
-        "episodes": episodes,
-        "manifest_rows": manifest.total_rows,
-        "first_batch_samples": len(first),
-        "dataset_version": version.ref,
+        "dag_task_seconds_dags_test": _task_seconds(dags_test["run"]),
+        # What the DAG phase spent outside the tasks' own running time: scheduling, queueing, task start-up.
+        "dag_scheduler_overhead_s": round(phases["dag"] - sum(tasks.values()), 3),
+        "dag_process_overhead_dags_test_s": round(
+            dags_test["phases"]["dag"] - sum(_task_seconds(dags_test["run"]).values()), 3
+        ),
+        "episodes": scheduled["episodes"],
+        "manifest_rows": scheduled["manifest"].total_rows,
+        "first_batch_samples": scheduled["first_batch_samples"],
+        "dataset_version": scheduled["version"],
         "stall_by_step_ms": stall["sweep"],
         # Series for the report's line plots: stall % over the swept step times, and the wait of each step.
         "data_stall_pct_over_step_ms": [row["stall_pct"] for row in stall["sweep"]],
@@ -206,6 +206,76 @@ def _run(work: Path, options: dict[str, Any], size: str) -> dict[str, Any]:
     return results
 
 
+def _first_batch(
+    work: Path,
+    options: dict[str, Any],
+    settings: Settings,
+    engine: Any,
+    staged: Path,
+    vendor: str,
+    airflow: Any,
+) -> dict[str, Any]:
+    """From the drop appearing to a first batch in training, through the scheduler (``VENDOR``) or through
+    ``airflow dags test`` (``DAGS_TEST_VENDOR``); see the module docstring."""
+    from pipeline.orchestrate.dag_test import run_dag
+    from pipeline.orchestrate.scheduled import follow_run, trigger_run
+    from pipeline.store import Store
+
+    drop = work / "drops" / vendor
+    drop.parent.mkdir(exist_ok=True)
+    # -- the clock starts: the drop appears, complete ------------------------------------------------------
+    t0 = time.perf_counter()
+    staged.rename(drop)
+    (drop / "_READY").touch()
+    run: Any
+    if vendor == DAGS_TEST_VENDOR:
+        run = run_dag(airflow, vendor)
+        if not run.succeeded:
+            raise BenchRunFailed(f"the {vendor} DAG run ended {run.state}; see {run.log_path}")
+    else:
+        client = airflow.client()
+        run_id, _ = trigger_run(client, vendor, {})
+        run = follow_run(client, vendor, run_id, timeout_s=3600)
+        if not run.succeeded:
+            raise BenchRunFailed(f"the {vendor} DAG run ended {run.state}: {run.failures}")
+    t_dag = time.perf_counter()
+    store = Store(settings.home_abs / "store")
+    version = _build_dataset(work, engine, settings, store, vendor)
+    t_dataset = time.perf_counter()
+    manifest = _open_manifest(version.manifest_uri, work / "cache" / vendor)
+    t_manifest = time.perf_counter()
+    # The loader a training job starts with; nothing is prefetched yet when the first batch is asked for.
+    # Imported on the clock, as a training process imports it: the reader pulls in PyAV and numpy.
+    from pipeline.reader import SampleLoader
+
+    loader = SampleLoader(
+        manifest,
+        options["batch_size"],
+        workers=options["loader_workers"],
+        prefetch=0,
+        seed=SEED,
+        window_s=WINDOW_S,
+    )
+    first = next(iter(loader))
+    t_first = time.perf_counter()
+    loader.close()
+    # -- the clock stops -----------------------------------------------------------------------------------
+    return {
+        "seconds": round(t_first - t0, 3),
+        "phases": {
+            "dag": t_dag - t0,
+            "dataset": t_dataset - t_dag,
+            "manifest": t_manifest - t_dataset,
+            "first_batch": t_first - t_manifest,
+        },
+        "run": run,
+        "manifest": manifest,
+        "version": version.ref,
+        "episodes": len(loader.uris),
+        "first_batch_samples": len(first),
+    }
+
+
 class BenchRunFailed(SluiceError):
     """The pipeline under measurement did not finish (the benchmark has no figure to report)."""
 
@@ -213,13 +283,13 @@ class BenchRunFailed(SluiceError):
 # -- set-up -----------------------------------------------------------------------------------------------
 
 
-def _vendor_yaml(drop: Path) -> str:
+def _vendor_yaml(name: str, drop: Path) -> str:
     """The Acme example vendor under a new name, reading ``drop`` once its ready marker is there."""
     import yaml
 
     repo = Path(__file__).resolve().parents[2]
     data = yaml.safe_load((repo / "dags" / "vendors" / "acme_robotics.yaml").read_text())
-    data["name"] = VENDOR
+    data["name"] = name
     data["source"] = {**data["source"], "url": str(drop), "settle_s": 0, "ready_marker": "_READY"}
     data["schedule"] = {"cron": None}
     # One batch per core and no start offsets: staggering protects a busy scheduler, and would only add its
@@ -228,7 +298,7 @@ def _vendor_yaml(drop: Path) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def _make_drop(folder: Path, options: dict[str, Any]) -> Path:
+def _make_drop(folder: Path, options: dict[str, Any], *, seed: int) -> Path:
     from pipeline.synth import RobotDropConfig, make_robot_drop
 
     config = RobotDropConfig(
@@ -236,23 +306,25 @@ def _make_drop(folder: Path, options: dict[str, Any]) -> Path:
         seconds=options["seconds"],
         width=options["width"],
         height=options["height"],
+        seed=seed,  # each vendor's bytes its own: a copy would be recorded as the other's duplicates
     )
     make_robot_drop(folder, config, jobs=2)
     return folder
 
 
-def _build_dataset(work: Path, engine: Any, settings: Settings, store: Any) -> Any:
+def _build_dataset(work: Path, engine: Any, settings: Settings, store: Any, vendor: str) -> Any:
     import yaml
 
     from pipeline.datasets import build, load_spec
 
-    spec_file = work / f"{DATASET}.yaml"
+    name = f"{DATASET}_{vendor}"
+    spec_file = work / f"{name}.yaml"
     spec_file.write_text(
         yaml.safe_dump(
             {
-                "name": DATASET,
+                "name": name,
                 "description": "every accepted episode of the new vendor, all in train",
-                "filter": {"where": "vendor IN $vendors AND is_accepted", "params": {"vendors": [VENDOR]}},
+                "filter": {"where": "vendor IN $vendors AND is_accepted", "params": {"vendors": [vendor]}},
                 "splits": {"group_by": ["session_id"], "seed": 1, "val_fraction": 0.0, "eval_fraction": 0.0},
             },
             sort_keys=False,
@@ -271,10 +343,17 @@ def _open_manifest(uri: str, cache_dir: Path) -> Manifest:
 
 
 def _task_seconds(run: Any) -> dict[str, float]:
+    """Seconds each task (all its mapped instances) ran, from a scheduled run's API records or a
+    ``dags test`` run's metadata rows."""
     seconds: dict[str, float] = {}
     for ti in run.task_instances:
-        if ti.start_s is not None and ti.end_s is not None:
-            seconds[ti.task_id] = round(seconds.get(ti.task_id, 0.0) + ti.end_s - ti.start_s, 3)
+        if isinstance(ti, dict):
+            task_id, ran = ti["task_id"], ti.get("duration")
+        else:
+            task_id = ti.task_id
+            ran = ti.end_s - ti.start_s if ti.start_s is not None and ti.end_s is not None else None
+        if ran is not None:
+            seconds[task_id] = round(seconds.get(task_id, 0.0) + float(ran), 3)
     return seconds
 
 
