@@ -137,9 +137,10 @@ def _run_dags(vendors: dict[str, Any], platform: Platform) -> bool:
             mark = "[green]✓[/]" if run.succeeded else "[red]✖[/]"
             waits = sorted(run.queue_latency_s())
             latency = f", median queued→running {waits[len(waits) // 2]:.1f} s" if waits else ""
+            span = run.span_s()
+            took = f" in {span:.0f} s" if span is not None else ""
             console.print(
-                f"{mark} DAG {name}: run {run.run_id} {run.state} after {run.seconds:.0f} s of following"
-                f" (pipeline run {run.outcome}{latency})"
+                f"{mark} DAG {name}: run {run.run_id} {run.state}{took} (pipeline run {run.outcome}{latency})"
             )
             for task_id, states in run.task_states().items():
                 counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))

@@ -85,6 +85,14 @@ class ScheduledRun:
             states.setdefault(ti["task_id"], Counter())[ti["state"] or "none"] += 1
         return states
 
+    def span_s(self) -> float | None:
+        """Seconds from the first task instance's start to the last one's end (None before any ran)."""
+        starts = [t for ti in self.task_instances if (t := _when(ti.get("start_date"))) is not None]
+        ends = [t for ti in self.task_instances if (t := _when(ti.get("end_date"))) is not None]
+        if not starts or not ends:
+            return None
+        return (max(ends) - min(starts)).total_seconds()
+
     def queue_latency_s(self) -> list[float]:
         """Seconds each task instance waited between being queued and running (the scheduler's latency)."""
         waits = []

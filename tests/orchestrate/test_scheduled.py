@@ -68,3 +68,13 @@ def test_queue_latency_is_started_minus_queued_per_task_instance() -> None:
     run = ScheduledRun("d", "r", "success", 3.0, tis)
     assert run.queue_latency_s() == [2.5]
     assert run.task_states() == {"a": {"success": 1}, "b": {"skipped": 1}}
+
+
+def test_a_runs_span_is_first_task_start_to_last_task_end() -> None:
+    tis = (
+        {"task_id": "a", "start_date": "2026-01-01T00:00:01Z", "end_date": "2026-01-01T00:00:04Z"},
+        {"task_id": "b", "start_date": "2026-01-01T00:00:03Z", "end_date": "2026-01-01T00:01:00.5Z"},
+        {"task_id": "c", "start_date": None, "end_date": None},
+    )
+    assert ScheduledRun("d", "r", "success", 0.0, tis).span_s() == 59.5
+    assert ScheduledRun("d", "r", "queued", 0.0, tis[2:]).span_s() is None
