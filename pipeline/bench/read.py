@@ -293,7 +293,7 @@ class _Profiles:
                 return default_name
             name = f"{default_name}_qp{qp}" if own_gop else f"{default_name}_gop{gop_frames}_qp{qp}"
             if name not in self.figures:
-                bframes = default["bframes"] if own_gop else gop_frames - 2
+                bframes = default["bframes"] if own_gop else gop_frames - 1
                 self.make(name, TrainingProfile.RANDOM_ACCESS, qp=qp, gop_frames=gop_frames, bframes=bframes)
             return name
 
