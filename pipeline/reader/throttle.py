@@ -90,12 +90,14 @@ class TokenBucket:
         self._fd = self._map = None
 
 
-class ThrottledFile(io.RawIOBase):
+class ThrottledFile:
     """A read-only binary file whose reads take their size in tokens from ``bucket`` (None: no cap) and are
-    counted in :attr:`bytes_read` / :attr:`reads`. Seeks are free (a range request costs its bytes)."""
+    counted in :attr:`bytes_read` / :attr:`reads`. Seeks are free (a range request costs its bytes).
+
+    Deliberately not an ``io.RawIOBase``: libraries wrap those in a ``BufferedReader`` whose collection
+    closes the file under the reader's feet (the mcap reader does)."""
 
     def __init__(self, inner: IO[bytes], bucket: TokenBucket | None, name: str = "") -> None:
-        super().__init__()
         self._inner = inner
         self.bucket = bucket
         self.name = name or getattr(inner, "name", "<throttled>")
@@ -128,7 +130,15 @@ class ThrottledFile(io.RawIOBase):
         buffer[: len(data)] = data
         return len(data)
 
+    @property
+    def closed(self) -> bool:
+        return bool(self._inner.closed)
+
     def close(self) -> None:
-        if not self.closed:
-            self._inner.close()
-        super().close()
+        self._inner.close()
+
+    def __enter__(self) -> ThrottledFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
