@@ -20,12 +20,13 @@ import json
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import av
 import fsspec
 import numpy as np
 from av.video.reformatter import VideoReformatter
+from av.video.stream import VideoStream
 from PIL import Image
 
 from pipeline.reader.counters import ReadCounters
@@ -46,7 +47,9 @@ def open_throttled(url: str, bucket: TokenBucket | None) -> ThrottledFile:
 def write_lerobot_video(path: Path, frames: Sequence[np.ndarray], rate: Fraction) -> None:
     """An MP4 of ``frames`` (yuv420p arrays) encoded as lerobot 0.6.2's ``encode_video_frames`` does."""
     with av.open(str(path), "w") as container:
-        stream = container.add_stream(LEROBOT_V3_ENCODER, rate, options=dict(LEROBOT_V3_OPTIONS))
+        stream = cast(
+            VideoStream, container.add_stream(LEROBOT_V3_ENCODER, rate, options=dict(LEROBOT_V3_OPTIONS))
+        )
         stream.pix_fmt = LEROBOT_V3_PIX_FMT
         stream.height, stream.width = frames[0].shape[0] * 2 // 3, frames[0].shape[1]
         for frame in frames:
@@ -185,7 +188,7 @@ class OurEpisode:
         from pipeline.reader import EpisodeReader
 
         self.file = open_throttled(url, bucket)
-        self.reader = EpisodeReader(self.file)
+        self.reader = EpisodeReader(cast(IO[bytes], self.file))
 
     def read(self, requests: dict[str, list[int]]) -> ReadCounters:
         before = self.file.bytes_read

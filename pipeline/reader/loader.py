@@ -435,7 +435,7 @@ def _sample_row(
     earliest = min(lo + room_ns, hi)
     t_ns = earliest + int(where * (hi - earliest))
     try:
-        return reader.sample(t_ns, **options)  # type: ignore[no-any-return]
+        return reader.sample(t_ns, **options)
     except Exception as exc:  # a damaged chunk or frame: the row and time say where to look
         raise SampleReadError(index, row.uri, f"sample at {t_ns} ns: {exc!r}") from exc
 

@@ -197,7 +197,12 @@ def _camera_messages(
 
     for k in frame_indices:
         k = int(k)
-        yuv = scene.render(k / layout.CAMERA_RATE_HZ, grain_index=k, code=FrameCode(k, camera_index) if media.frame_code else None, out=buf)
+        yuv = scene.render(
+            k / layout.CAMERA_RATE_HZ,
+            grain_index=k,
+            code=FrameCode(k, camera_index) if media.frame_code else None,
+            out=buf,
+        )
         yield from wrap(encoder.encode(yuv, pts=k))
     yield from wrap(encoder.flush())
 

@@ -75,7 +75,7 @@ def decode_units(units: Sequence[bytes], *, what: str, decoder_name: str = "h264
 
     A unit the decoder refuses raises :class:`TranscodeInputError` (``decode_error``).
     """
-    decoder = av.CodecContext.create(decoder_name, "r")
+    decoder = cast(VideoCodecContext, av.CodecContext.create(decoder_name, "r"))
     decoder.thread_count = 1  # every core already runs a camera's encode: decoder threads would only compete
     for index, data in enumerate(units):
         packet = av.Packet(data)
