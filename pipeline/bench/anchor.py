@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import logging
 import math
-import multiprocessing
 import os
 import random
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -44,6 +42,7 @@ from pipeline.bench.contenders import (
     write_jpeg_frames,
     write_lerobot_video,
 )
+from pipeline.processes import WorkerPool
 from pipeline.reader.counters import ReadCounters
 from pipeline.reader.throttle import TokenBucket
 
@@ -301,13 +300,12 @@ def time_contenders(
 ) -> dict[str, Any]:
     bucket = TokenBucket(CAP_BYTES_PER_S, f"bench-read-{os.getpid()}", burst_bytes=256 * 1024)
     bucket.reset()
-    spawn = multiprocessing.get_context("spawn")
     names = list(files)
     timings: dict[tuple[str, str, str], list[float]] = {}
     totals: dict[tuple[str, str, str], dict[str, float]] = {}
     try:
-        with ProcessPoolExecutor(
-            WORKERS, mp_context=spawn, initializer=_init, initargs=(files, bucket)
+        with WorkerPool(
+            WORKERS, name="bench read loader", initializer=_init, initargs=(files, bucket)
         ) as pool:
             # warm-up: every reader open in every worker (decoders made, first pages cached)
             list(pool.map(_request, names * WORKERS, [False] * len(names) * WORKERS,

@@ -44,6 +44,7 @@ from pipeline.bench import anchor
 from pipeline.config import QualityPost, StampSource, TopicContract, TrainingProfile, TranscodeOptions
 from pipeline.errors import UnknownChoiceError
 from pipeline.mcaplog.rewrite import rewrite_with_stock_writer
+from pipeline.processes import WorkerPool
 from pipeline.reader import EpisodeReader, ReadCounters
 from pipeline.reader.sample import DEFAULT_COALESCE_GAP_BYTES
 from pipeline.settings import Settings
@@ -427,8 +428,8 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
         )
         anchor_dir = tmp / "anchor"
         anchor_dir.mkdir()
-        pools = ProcessPoolExecutor(p["workers"], mp_context=spawn) if p["workers"] > 1 else nullcontext()
-        with pools as pool:
+        anchor_pools = WorkerPool(p["workers"], name="bench read encoder") if p["workers"] > 1 else nullcontext()
+        with anchor_pools as pool:
             anchored = anchor.run(anchor_source, anchor_dir, p, pool)
         phase("anchor_s")
     figures = profiles.figures

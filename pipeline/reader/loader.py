@@ -33,12 +33,11 @@ logs how many were left out: training never meets them mid-run.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import random
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
@@ -216,10 +215,13 @@ class SampleLoader:
         self.processes = processes
         self._pool: Executor
         if processes:
-            # spawned: a forked child would inherit the training process's threads and locks
-            self._pool = ProcessPoolExecutor(
+            # clean spawned children: a forked one would inherit the training process's threads and locks,
+            # and none re-imports the training script (pipeline.processes)
+            from pipeline.processes import WorkerPool
+
+            self._pool = WorkerPool(
                 workers,
-                mp_context=multiprocessing.get_context("spawn"),
+                name="sample loader",
                 initializer=_process_init,
                 initargs=(self._storage_options, max_open_readers, self.uris[:max_open_readers]),
             )
