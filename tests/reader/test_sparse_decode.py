@@ -138,13 +138,12 @@ def test_native_source_is_read_sparsely_and_matches_a_full_decode(ddra: Callable
 
 
 @pytest.mark.parametrize(
-    "name",
     ("name", "count"),
     [
         # real files at 720p and 1080p decode slowly: few requests each, biased to the anchors
-        ("internal_emulator_transformer_output_180_rotated.mp4", 25),  # H.264, 720p, GOP 30, P-frames
+        ("internal_emulator_transformer_output_180_rotated.mp4", 12),  # H.264, 720p, GOP 30, P-frames
         ("sample_video_only.mp4", 40),  # H.264 with reference B-frames
-        ("sample_edit_list_no_sync_frame_before_edit.mp4", 12),  # HEVC, B-pyramid, CRA, an edit list
+        ("sample_edit_list_no_sync_frame_before_edit.mp4", 4),  # HEVC, B-pyramid, CRA, an edit list
     ],
 )
 def test_native_mp4_from_the_corpus_matches_a_full_decode(name: str, count: int) -> None:
