@@ -428,9 +428,11 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
         )
         anchor_dir = tmp / "anchor"
         anchor_dir.mkdir()
-        anchor_pools = WorkerPool(p["workers"], name="bench read encoder") if p["workers"] > 1 else nullcontext()
-        with anchor_pools as pool:
-            anchored = anchor.run(anchor_source, anchor_dir, p, pool)
+        anchor_pools = (
+            WorkerPool(p["workers"], name="bench read encoder") if p["workers"] > 1 else nullcontext()
+        )
+        with anchor_pools as anchor_pool:
+            anchored = anchor.run(anchor_source, anchor_dir, p, anchor_pool)
         phase("anchor_s")
     figures = profiles.figures
     ours_fig, base_fig = _figures(ours), _figures(base)

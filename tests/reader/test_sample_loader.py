@@ -62,6 +62,14 @@ def _key(batch: list) -> list[tuple[int, int]]:
     return [(row, sample.t_ns) for row, sample in zip(batch.rows, batch, strict=True)]
 
 
+def _assert_same_frames(left_batches: list, right_batches: list) -> None:
+    for left, right in zip(left_batches, right_batches, strict=True):
+        for a, b in zip(left, right, strict=True):
+            for camera in a.frames:
+                for fa, fb in zip(a.frames[camera], b.frames[camera], strict=True):
+                    assert fa.stamp_ns == fb.stamp_ns and np.array_equal(fa.image, fb.image)
+
+
 def _manifest_table(rows: list[tuple[str, str, int, int]]) -> pa.Table:
     n = len(rows)
     columns = {
@@ -134,11 +142,7 @@ def test_prefetching_on_threads_yields_what_the_synchronous_loader_does(
 
     synchronous, prefetched = read(1, 0), read(3, 3)
     assert [_key(b) for b in synchronous] == [_key(b) for b in prefetched]
-    for left, right in zip(synchronous, prefetched, strict=True):
-        for a, b in zip(left, right, strict=True):
-            for camera in a.frames:
-                for fa, fb in zip(a.frames[camera], b.frames[camera], strict=True):
-                    assert fa.stamp_ns == fb.stamp_ns and np.array_equal(fa.image, fb.image)
+    _assert_same_frames(synchronous, prefetched)
 
 
 def test_each_worker_thread_has_its_own_readers(path: Path, tmp_path: Path) -> None:
@@ -331,11 +335,7 @@ def test_worker_processes_yield_what_the_synchronous_loader_does(path: Path, spa
 
     (synchronous, _), (pooled, totals) = read(False, 1, 0), read(True, 2, 2)
     assert [_key(b) for b in synchronous] == [_key(b) for b in pooled]
-    for left, right in zip(synchronous, pooled, strict=True):
-        for a, b in zip(left, right, strict=True):
-            for camera in a.frames:
-                for fa, fb in zip(a.frames[camera], b.frames[camera], strict=True):
-                    assert fa.stamp_ns == fb.stamp_ns and np.array_equal(fa.image, fb.image)
+    _assert_same_frames(synchronous, pooled)
     # what the processes read reaches the training process's totals
     assert totals.samples >= 12 and totals.frames_returned >= 12 * 2 * len(synchronous[0][0].frames)
 
