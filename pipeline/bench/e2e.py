@@ -23,10 +23,13 @@ no executor) runs after it on a second new vendor with a drop of its own, and is
 
 **Data stall** (``data_stall_pct``). A simulated training loop over the manifest's train split: each step
 takes a batch from the loader, then "computes" for ``step_ms`` (a sleep: the accelerator's time, during
-which the host's cores are free); the loader prefetches batches on ``loader_workers`` threads, each with its
-own readers (PyAV and zstd release the GIL). Stall = the share of the loop's wall time spent waiting for a
-batch. The same loop with a synchronous loader (no prefetch) is measured beside it, and the step time at
-which the prefetching loader stops stalling is found by running a few step times.
+which the host's cores are free); the loader prefetches batches on ``loader_workers`` worker processes
+(``SampleLoader(processes=True)``: decoding and the Python around it run past the GIL), each with its own
+readers. Stall = the share of the loop's wall time spent waiting for a batch. The same loop with a
+synchronous loader (no prefetch) is measured beside it, and the step times at which the prefetching loader
+stops stalling are found by running a few (``data_stall_pct_50ms`` and ``_100ms`` the headline; the same
+sweep with worker threads beside it). ``samples_per_s_per_core``: the process loader with no step time at
+all, samples per second over the cores its workers can use.
 
 A sample is the reader's default: 2 s of resampled state and actions plus 2 decoded frames from each camera.
 """
@@ -64,6 +67,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "height": 240,
         "batch_size": 8,
         "loader_workers": 2,
+        "loader_processes": True,
         "prefetch_batches": 4,
         "step_ms": 200.0,
         "steps": 40,
@@ -77,6 +81,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "height": 120,
         "batch_size": 4,
         "loader_workers": 2,
+        "loader_processes": True,
         "prefetch_batches": 2,
         "step_ms": 100.0,
         "steps": 10,
@@ -90,6 +95,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "height": 480,
         "batch_size": 16,
         "loader_workers": 2,
+        "loader_processes": True,
         "prefetch_batches": 4,
         "step_ms": 400.0,
         "steps": 60,
@@ -173,6 +179,12 @@ def _run(work: Path, options: dict[str, Any], size: str) -> dict[str, Any]:
         "scheduler_queue_latency_s_max": round(waits[-1], 3),
         "scheduler_queue_latency_s_total": round(sum(waits), 3),
         "data_stall_pct": stall["prefetch"]["stall_pct"],
+        "data_stall_pct_50ms": _stall_at(stall["sweep"], 50.0),
+        "data_stall_pct_100ms": _stall_at(stall["sweep"], 100.0),
+        "data_stall_pct_50ms_threads": _stall_at(stall["sweep_threads"], 50.0),
+        "data_stall_pct_100ms_threads": _stall_at(stall["sweep_threads"], 100.0),
+        "samples_per_s_per_core": stall["throughput"]["samples_per_s_per_core"],
+        "loader_processes": options["loader_processes"],
         "data_stall_pct_synchronous": stall["synchronous"]["stall_pct"],
         "step_ms": options["step_ms"],
         "batch_size": options["batch_size"],
@@ -194,6 +206,8 @@ def _run(work: Path, options: dict[str, Any], size: str) -> dict[str, Any]:
         "first_batch_samples": scheduled["first_batch_samples"],
         "dataset_version": scheduled["version"],
         "stall_by_step_ms": stall["sweep"],
+        "stall_by_step_ms_threads": stall["sweep_threads"],
+        "throughput": stall["throughput"],
         # Series for the report's line plots: stall % over the swept step times, and the wait of each step.
         "data_stall_pct_over_step_ms": [row["stall_pct"] for row in stall["sweep"]],
         "wait_ms_per_step": stall["prefetch"]["wait_ms"],
@@ -360,14 +374,31 @@ def _task_seconds(run: Any) -> dict[str, float]:
 # -- data stall -------------------------------------------------------------------------------------------
 
 
+def _stall_at(sweep: list[dict[str, float]], step_ms: float) -> float | None:
+    return next((row["stall_pct"] for row in sweep if row["step_ms"] == step_ms), None)
+
+
 def _loop(
-    manifest: Manifest, *, batch_size: int, workers: int, prefetch: int, step_ms: float, steps: int
+    manifest: Manifest,
+    *,
+    batch_size: int,
+    workers: int,
+    prefetch: int,
+    step_ms: float,
+    steps: int,
+    processes: bool = False,
 ) -> dict[str, Any]:
     """A training loop of ``steps`` steps: wait for a batch, then compute for ``step_ms``."""
     from pipeline.reader import SampleLoader
 
     loader = SampleLoader(
-        manifest, batch_size, workers=workers, prefetch=prefetch, seed=SEED, window_s=WINDOW_S
+        manifest,
+        batch_size,
+        workers=workers,
+        prefetch=prefetch,
+        seed=SEED,
+        window_s=WINDOW_S,
+        processes=processes,
     )
     loader.open_readers()
     batches = iter(loader)
@@ -396,6 +427,7 @@ def _loop(
 
 def _stall(manifest: Manifest, options: dict[str, Any]) -> dict[str, Any]:
     common = {"batch_size": options["batch_size"]}
+    processes = bool(options["loader_processes"])
     synchronous = _loop(
         manifest, **common, workers=1, prefetch=0, step_ms=options["step_ms"], steps=options["steps"]
     )
@@ -406,16 +438,41 @@ def _stall(manifest: Manifest, options: dict[str, Any]) -> dict[str, Any]:
         prefetch=options["prefetch_batches"],
         step_ms=options["step_ms"],
         steps=options["steps"],
+        processes=processes,
     )
-    sweep = []
+    sweeps: dict[bool, list[dict[str, float]]] = {processes: [], False: []}
     for step_ms in options["step_ms_sweep"]:
-        row = _loop(
-            manifest,
-            **common,
-            workers=options["loader_workers"],
-            prefetch=options["prefetch_batches"],
-            step_ms=step_ms,
-            steps=options["sweep_steps"],
-        )
-        sweep.append({"step_ms": step_ms, "stall_pct": row["stall_pct"]})
-    return {"synchronous": synchronous, "prefetch": prefetch, "sweep": sweep}
+        for kind in sweeps:  # processes and threads alternate, so that load falls on both alike
+            row = _loop(
+                manifest,
+                **common,
+                workers=options["loader_workers"],
+                prefetch=options["prefetch_batches"],
+                step_ms=step_ms,
+                steps=options["sweep_steps"],
+                processes=kind,
+            )
+            sweeps[kind].append({"step_ms": step_ms, "stall_pct": row["stall_pct"]})
+    flat_out = _loop(
+        manifest,
+        **common,
+        workers=options["loader_workers"],
+        prefetch=options["prefetch_batches"],
+        step_ms=0.0,
+        steps=options["sweep_steps"],
+        processes=processes,
+    )
+    cores = min(options["loader_workers"], len(os.sched_getaffinity(0)))
+    samples_per_s = options["batch_size"] * options["sweep_steps"] / flat_out["wall_s"]
+    throughput = {
+        "samples_per_s": round(samples_per_s, 1),
+        "cores": cores,
+        "samples_per_s_per_core": round(samples_per_s / cores, 1),
+    }
+    return {
+        "synchronous": synchronous,
+        "prefetch": prefetch,
+        "sweep": sweeps[processes],
+        "sweep_threads": sweeps[False],
+        "throughput": throughput,
+    }

@@ -40,9 +40,11 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.bench import anchor
 from pipeline.config import QualityPost, StampSource, TopicContract, TrainingProfile, TranscodeOptions
 from pipeline.errors import UnknownChoiceError
 from pipeline.mcaplog.rewrite import rewrite_with_stock_writer
+from pipeline.processes import WorkerPool
 from pipeline.reader import EpisodeReader, ReadCounters
 from pipeline.reader.sample import DEFAULT_COALESCE_GAP_BYTES
 from pipeline.settings import Settings
@@ -67,6 +69,11 @@ SIZES: dict[str, dict[str, Any]] = {
         "workers": 2,
         "world_model_samples": 30,
         "rounds": 5,
+        "anchor_width": 640,
+        "anchor_height": 480,
+        "anchor_seconds": 8.0,
+        "anchor_rounds": 4,
+        "anchor_requests": 8,
     },
     "small": {
         "seconds": 5.0,
@@ -76,6 +83,11 @@ SIZES: dict[str, dict[str, Any]] = {
         "workers": 2,
         "world_model_samples": 25,
         "rounds": 3,
+        "anchor_width": 320,
+        "anchor_height": 240,
+        "anchor_seconds": 5.0,
+        "anchor_rounds": 2,
+        "anchor_requests": 4,
     },
     "large": {
         "seconds": 60.0,
@@ -85,6 +97,11 @@ SIZES: dict[str, dict[str, Any]] = {
         "workers": 2,
         "world_model_samples": 200,
         "rounds": 5,
+        "anchor_width": 640,
+        "anchor_height": 480,
+        "anchor_seconds": 20.0,
+        "anchor_rounds": 6,
+        "anchor_requests": 12,
     },
     "tiny": {
         "seconds": 3.0,
@@ -94,6 +111,11 @@ SIZES: dict[str, dict[str, Any]] = {
         "workers": 1,
         "world_model_samples": 10,
         "rounds": 2,
+        "anchor_width": 128,
+        "anchor_height": 96,
+        "anchor_seconds": 2.0,
+        "anchor_rounds": 1,
+        "anchor_requests": 2,
     },  # for tests
 }
 SEED = 20250602
@@ -150,16 +172,24 @@ def robot_config(profile: TrainingProfile) -> RobotTranscodeConfig:
 
 
 def make_source_episode(
-    path: Path, seconds: float, width: int, height: int, seed: int = SEED, crf: int = SOURCE_CRF
+    path: Path,
+    seconds: float,
+    width: int,
+    height: int,
+    seed: int = SEED,
+    crf: int = SOURCE_CRF,
+    *,
+    frame_code: bool = True,
 ) -> None:
     """One synthetic robot episode (three H.264 cameras, joint states, actions) at ``path``; the cameras
-    as a robot logs them (ultrafast, zerolatency, GOP 30) at ``crf``."""
+    as a robot logs them (ultrafast, zerolatency, GOP 30) at ``crf``; ``frame_code=False`` draws no frame
+    index into the pictures (what a camera would see)."""
     calibration = make_calibration(seed, 0, "rb01", 0, width, height)
     spec = EpisodeSpec(
         "rb01", "rb01-bench", "rb01-bench-e000", "bench", "op-bench", START_NS, seconds, seed, calibration
     )
     h264 = H264Settings(crf=crf, zero_latency=True)
-    write_episode(path, spec, EpisodeMedia(width=width, height=height, h264=h264))
+    write_episode(path, spec, EpisodeMedia(width=width, height=height, h264=h264, frame_code=frame_code))
 
 
 def rewrite_default_layout(src: Path, dst: Path) -> None:
@@ -293,7 +323,7 @@ class _Profiles:
                 return default_name
             name = f"{default_name}_qp{qp}" if own_gop else f"{default_name}_gop{gop_frames}_qp{qp}"
             if name not in self.figures:
-                bframes = default["bframes"] if own_gop else gop_frames - 2
+                bframes = default["bframes"] if own_gop else gop_frames - 1
                 self.make(name, TrainingProfile.RANDOM_ACCESS, qp=qp, gop_frames=gop_frames, bframes=bframes)
             return name
 
@@ -391,10 +421,25 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
         for name, figures in _time_profiles(outputs, timed, p["rounds"]).items():
             profiles.figures[name].update(figures)
         phase("profile_samples_s")
+        # the LeRobot v3 anchor: its own source at a robot camera's size, without frame codes
+        anchor_source = tmp / "anchor_source.mcap"
+        make_source_episode(
+            anchor_source, p["anchor_seconds"], p["anchor_width"], p["anchor_height"], frame_code=False
+        )
+        anchor_dir = tmp / "anchor"
+        anchor_dir.mkdir()
+        anchor_pools = (
+            WorkerPool(p["workers"], name="bench read encoder") if p["workers"] > 1 else nullcontext()
+        )
+        with anchor_pools as anchor_pool:
+            anchored = anchor.run(anchor_source, anchor_dir, p, anchor_pool)
+        phase("anchor_s")
     figures = profiles.figures
     ours_fig, base_fig = _figures(ours), _figures(base)
     vla_ms = figures["vla"]["ms_per_requested_frame"]
     return {
+        **{k: v for k, v in anchored.items() if k != "anchor"},
+        "lerobot_anchor": anchored["anchor"],
         "read_amplification": ours_fig["read_amplification"],
         "decompress_amplification": ours_fig["decompress_amplification"],
         "reads_per_sample": ours_fig["reads_per_sample"],

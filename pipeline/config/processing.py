@@ -21,24 +21,28 @@ class TrainingProfile(StrEnum):
 
     VLA = "vla"  # short GOP: sparse random frames for vision-language-action policies
     WORLD_MODEL = "world_model"  # long GOP: long contiguous reads
-    RANDOM_ACCESS = "random_access"  # closed GOPs of non-reference B-frames between two anchors (DDRA)
+    RANDOM_ACCESS = "random_access"  # shared intra anchors, non-reference B-frames between them (DDRA)
 
 
 #: H.264 entropy coding: CABAC (x264's default from veryfast up) or CAVLC, which `sluice bench read` found
 #: to decode 1.77x faster at 720p for 1.17x the bytes (docs/episodes.md).
 EntropyCoder = Literal["cabac", "cavlc"]
 
+#: The output codec: H.264 (libx264) or H.265/HEVC (libx265). Both play in Foxglove (CompressedVideo
+#: ``h264`` / ``h265``) when there are no B-frames.
+OutputCodec = Literal["h264", "h265"]
+
 X264Preset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
 ]
 
-#: x264 allows at most 16 consecutive B-frames.
+#: x264 and x265 allow at most 16 consecutive B-frames.
 X264_MAX_BFRAMES = 16
 
 #: What each profile fills in when the file does not say. The GOP sizes: 10 frames (1/3 s at 30 fps) keeps a
 #: random frame within a few decodes for VLA sampling; 120 (4 s) makes long reads cheap for world models;
-#: random_access follows the measured DDRA layout (keyint 17, up to 16 B-frames, QP 26: under CRF x264
-#: starves the B-frames, so the profile is compared at a fixed QP).
+#: random_access follows the DDRA layout (an intra anchor every 17 frames, the longest interval a 16-frame
+#: B-run allows, QP 26; `sluice bench read` matches quality by searching a CRF instead).
 PROFILE_DEFAULTS: dict[TrainingProfile, dict[str, int]] = {
     TrainingProfile.VLA: {"gop_frames": 10, "bframes": 0, "crf": 23},
     TrainingProfile.WORLD_MODEL: {"gop_frames": 120, "bframes": 0, "crf": 23},
@@ -118,11 +122,15 @@ class TranscodeOptions(FrozenModel):
     profile: Annotated[TrainingProfile, Lax] = Field(
         default=TrainingProfile.VLA, description="vla | world_model | random_access."
     )
+    codec: OutputCodec = Field(default="h264", description="h264 (libx264) | h265 (libx265).")
     gop_frames: int = Field(ge=1, le=600, description="Keyframe interval (x264 keyint), in frames.")
     bframes: int = Field(
-        ge=0, le=X264_MAX_BFRAMES, description="Consecutive B-frames (x264 caps them at 16)."
+        ge=0, le=X264_MAX_BFRAMES, description="Consecutive B-frames (x264 and x265 cap them at 16)."
     )
-    crf: int | None = Field(default=None, ge=0, le=51, description="Constant rate factor; exclusive with qp.")
+    # fractional CRFs are x264's and x265's own (a quality search needs steps finer than one)
+    crf: int | float | None = Field(
+        default=None, ge=0, le=51, description="Constant rate factor; exclusive with qp."
+    )
     qp: int | None = Field(default=None, ge=0, le=51, description="Constant quantiser; exclusive with crf.")
     # veryfast encodes ≈ 109 fps per core at 720p against 37 for medium (MEASURED.md).
     preset: X264Preset = Field(default="veryfast", description="x264 preset.")
@@ -172,23 +180,23 @@ class TranscodeOptions(FrozenModel):
             problems.append(
                 (("bframes",), f"{self.bframes} B-frames do not fit a GOP of {self.gop_frames} frames")
             )
+        if self.codec == "h265" and self.entropy_coder != "cabac":
+            problems.append((("entropy_coder",), "h265 has only CABAC; entropy_coder cavlc needs codec h264"))
         if self.profile is TrainingProfile.RANDOM_ACCESS:
-            if self.gop_frames > X264_MAX_BFRAMES + 2:
+            if self.gop_frames > X264_MAX_BFRAMES + 1:
                 problems.append(
                     (
                         ("gop_frames",),
-                        f"random_access needs gop_frames ≤ {X264_MAX_BFRAMES + 2} (two anchors around "
-                        f"at most "
+                        f"random_access needs gop_frames ≤ {X264_MAX_BFRAMES + 1} (anchors around at most "
                         f"{X264_MAX_BFRAMES} B-frames), got {self.gop_frames}",
                     )
                 )
-            elif self.bframes < self.gop_frames - 2:
+            elif self.bframes < self.gop_frames - 1:
                 problems.append(
                     (
                         ("bframes",),
-                        f"random_access needs every interior frame to be a B-frame: "
-                        f"bframes ≥ gop_frames - 2 = "
-                        f"{self.gop_frames - 2}, got {self.bframes}",
+                        f"random_access needs every frame between two anchors to be a B-frame: "
+                        f"bframes ≥ gop_frames - 1 = {self.gop_frames - 1}, got {self.bframes}",
                     )
                 )
         elif self.bframes:

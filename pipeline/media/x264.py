@@ -1,16 +1,18 @@
-"""What makes a libx264 encode byte-identical from run to run, shared by the transcode and the synthetic
-media generators.
+"""What makes a libx264 or libx265 encode byte-identical from run to run, shared by the transcode and the
+synthetic media generators.
 
 * One thread. x264 derives some decisions from its thread count, which it otherwise takes from the
   machine's cores; with one thread the same frames and options give the same bytes on any machine with the
   same libx264 build. Parallelism comes from encoding cameras or episodes in separate processes, which
-  MEASURED.md found faster anyway (186 vs 145 fps on two cores).
+  MEASURED.md found faster anyway (186 vs 145 fps on two cores). x265 is held to the same rule: no thread
+  pool (``pools=none``, which also turns wavefront rows off) and one frame thread.
 * No macroblock tree when there are B-frames. With B-frames under CRF, the libx264 in the PyAV wheel reads
   memory it never wrote in its macroblock-tree pass: the same frames encoded in processes whose freed heap
   holds different bytes (glibc's ``MALLOC_PERTURB_`` set to 85, then 170) came out different, and in one
   process with other allocations in between 12 encodes of 224x176 frames gave 12 different files. With
   ``mbtree=0``, or without B-frames, or under a constant QP (which turns the macroblock tree off itself),
-  they are identical. ``tests/transcode/test_transcode_determinism.py`` holds every encoder to it.
+  they are identical. x265's equivalent pass (``cutree``) is turned off the same way, so that both encoders
+  follow one rule. ``tests/transcode/test_transcode_determinism.py`` holds every encoder to it.
 """
 
 from __future__ import annotations
@@ -22,3 +24,10 @@ X264_THREADS = 1
 def deterministic_params(bframes: int) -> list[str]:
     """x264 parameters an encoder with ``bframes`` B-frames needs to give the same bytes on every run."""
     return ["mbtree=0"] if bframes > 0 else []
+
+
+def x265_deterministic_params(bframes: int) -> list[str]:
+    """x265 parameters for the same bytes on every run: single-threaded, and no cutree with B-frames.
+    ``log-level=error`` keeps x265's per-encode banner off stderr (it prints it at ``info``)."""
+    params = ["pools=none", "frame-threads=1", "log-level=error"]
+    return params + (["cutree=0"] if bframes > 0 else [])

@@ -1,9 +1,11 @@
 """The index a sample reader needs, built once per episode from standard MCAP records: the summary's
 chunk indexes and channels, every chunk's message index records, and the ``sluice.frames`` metadata
-(frame types and presentation stamps of each camera, in decode order).
+(codec, frame types and presentation stamps of each camera, in decode order).
 
 Works on any chunked, indexed MCAP that carries ``sluice.frames``: the transcoded layout and, for
-comparison, the same messages as the stock writer lays them out.
+comparison, the same messages as the stock writer lays them out. A native log that was never transcoded
+(``foxglove.CompressedVideo`` channels in H.264 or H.265, no ``sluice.frames``) is indexed by reading its
+camera messages once and parsing each access unit's headers (:func:`native_camera_tables`).
 """
 
 from __future__ import annotations
@@ -12,23 +14,26 @@ import bisect
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
+from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 from mcap.exceptions import McapError
 from mcap.reader import make_reader
 from mcap.records import Channel, ChunkIndex
 
 from pipeline.enums import ReasonCode
 from pipeline.errors import InputError
+from pipeline.reader.decode import closure
 from pipeline.transcode import layout
+from pipeline.transcode.bitstream import unit_info
+from pipeline.transcode.h264 import frame_letter
 
 _MESSAGE_INDEX_OPCODE = 0x07
 _RECORD_HEAD = struct.Struct("<BQ")
 _INDEX_HEAD = struct.Struct("<HI")
 _ENTRY = struct.Struct("<QQ")
-#: Letters of frames later frames may predict from (see pipeline.transcode.h264.frame_letter).
-REFERENCE_LETTERS = frozenset("IiPB")
-KEY_LETTERS = frozenset("Ii")
+#: The schema of camera channels in a native log.
+COMPRESSED_VIDEO_SCHEMA = "foxglove.CompressedVideo"
 
 
 class EpisodeIndexError(InputError):
@@ -74,6 +79,7 @@ class CameraTable:
     letters: str
     pts_ns: list[int]
     locations: list[MessageLoc]
+    codec: str = "h264"
     display: list[int] = field(default_factory=list)  # decode positions in presentation order
     display_pts: list[int] = field(default_factory=list)
 
@@ -88,14 +94,9 @@ class CameraTable:
         return self.display[k]
 
     def dependencies(self, position: int) -> list[int]:
-        """Decode positions needed to decode ``position``: the keyframe that opens its GOP, every reference
-        frame after it, and the frame itself (decode order)."""
-        key = position
-        while key > 0 and self.letters[key] not in KEY_LETTERS:
-            key -= 1
-        needed = [p for p in range(key, position) if self.letters[p] in REFERENCE_LETTERS]
-        needed.append(position)
-        return needed
+        """Decode positions needed to decode ``position`` (its dependency closure, decode order; see
+        :func:`pipeline.reader.decode.closure`)."""
+        return closure(self.letters, self.pts_ns, position)
 
 
 @dataclass
@@ -223,8 +224,16 @@ def _build_index(fh: IO[bytes], source: str) -> EpisodeIndex:
     if summary is None or not summary.chunk_indexes:
         raise EpisodeIndexError(source, "no summary with chunk indexes; not an indexed, chunked MCAP")
     metadata = {m.name: dict(m.metadata) for m in reader.iter_metadata()}
-    if layout.FRAMES_METADATA not in metadata:
-        raise EpisodeIndexError(source, f"no {layout.FRAMES_METADATA!r} metadata record")
+    video_channels = {
+        cid: ch
+        for cid, ch in summary.channels.items()
+        if (schema := summary.schemas.get(ch.schema_id)) is not None
+        and schema.name == COMPRESSED_VIDEO_SCHEMA
+    }
+    if layout.FRAMES_METADATA not in metadata and not video_channels:
+        raise EpisodeIndexError(
+            source, f"no {layout.FRAMES_METADATA!r} metadata record and no {COMPRESSED_VIDEO_SCHEMA} channel"
+        )
     chunks: list[ChunkInfo] = []
     by_channel: dict[int, list[MessageLoc]] = {}
     for number, index in enumerate(sorted(summary.chunk_indexes, key=lambda i: i.chunk_start_offset)):
@@ -248,6 +257,9 @@ def _build_index(fh: IO[bytes], source: str) -> EpisodeIndex:
     by_topic: dict[str, list[MessageLoc]] = {}
     for channel_id, locations in by_channel.items():
         by_topic.setdefault(summary.channels[channel_id].topic, []).extend(locations)
+    if layout.FRAMES_METADATA not in metadata:
+        cameras = native_camera_tables(reader, video_channels, by_topic, source)
+        return EpisodeIndex(source, chunks, dict(summary.channels), by_topic, cameras, metadata, [])
     cameras = {}
     for name, text in metadata[layout.FRAMES_METADATA].items():
         table = json.loads(text)
@@ -259,8 +271,52 @@ def _build_index(fh: IO[bytes], source: str) -> EpisodeIndex:
                 f"{len(table['pts_ns'])} frames in the frame table",
             )
         cameras[name] = CameraTable(
-            name, table["topic"], table["width"], table["height"], table["types"], table["pts_ns"], locations
+            name,
+            table["topic"],
+            table["width"],
+            table["height"],
+            table["types"],
+            table["pts_ns"],
+            locations,
+            table.get("codec", "h264"),  # written by every transcode since H.265 came; H.264 before
         )
     transcode = metadata.get(layout.TRANSCODE_METADATA, {})
     proprio = json.loads(transcode.get("proprio_topics", "[]"))
     return EpisodeIndex(source, chunks, dict(summary.channels), by_topic, cameras, metadata, proprio)
+
+
+def native_camera_tables(
+    reader: Any, channels: dict[int, Channel], by_topic: dict[str, list[MessageLoc]], source: str
+) -> dict[str, CameraTable]:
+    """Camera tables of a native log: every ``foxglove.CompressedVideo`` message read once (file order, as
+    ``by_topic`` lists them), its codec from ``format``, its letter from its access unit's headers, its
+    stamp from ``timestamp``. The camera is named after its topic. An HEVC stream with temporal sub-layers
+    has every picture counted as a reference (a sub-layer non-reference picture may still be predicted
+    from by a higher sub-layer)."""
+    topics = {ch.topic for ch in channels.values()}
+    letters: dict[str, list[str]] = {t: [] for t in topics}
+    stamps: dict[str, list[int]] = {t: [] for t in topics}
+    codecs: dict[str, str] = {}
+    layered: set[str] = set()
+    for _, channel, message in reader.iter_messages(topics=sorted(topics), log_time_order=False):
+        video = CompressedVideo.FromString(message.data)
+        codec = codecs.setdefault(channel.topic, video.format)
+        if video.format != codec:
+            raise EpisodeIndexError(source, f"{channel.topic}: format {video.format!r} after {codec!r}")
+        info = unit_info(codec, video.data)
+        if getattr(info, "temporal_id", 0) > 0:
+            layered.add(channel.topic)
+        letters[channel.topic].append(frame_letter(info))
+        stamps[channel.topic].append(video.timestamp.ToNanoseconds())
+    cameras = {}
+    for topic in sorted(topics):
+        kinds = "".join(letters[topic])
+        if topic in layered:
+            kinds = kinds.replace("b", "B")
+        locations = by_topic.get(topic, [])
+        if len(locations) != len(kinds):
+            raise EpisodeIndexError(source, f"{topic}: {len(locations)} indexed messages, {len(kinds)} read")
+        cameras[topic] = CameraTable(
+            topic, topic, 0, 0, kinds, stamps[topic], locations, codecs.get(topic, "h264")
+        )
+    return cameras

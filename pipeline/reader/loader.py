@@ -18,6 +18,12 @@ the sample's history (``window_s``, and the frames' ``(frames_per_camera - 1) * 
 batch after batch, so the sequence of samples depends on the seed and the rows only, never on ``workers``
 or ``prefetch``.
 
+``processes=True`` reads samples in ``workers`` spawned processes instead of threads: decoding is spread
+over the cores past the GIL (PyAV releases it inside libavcodec, but the per-frame Python work of parsing,
+planning and converting does not), at the cost of pickling each sample's frames back to the training
+process. Each process keeps its own readers (``max_open_readers`` of them) and opens the first episode
+files when it starts.
+
 Only transcoded robot episodes (MCAP files, ``uri`` ending in ``.mcap``) can be sampled. Rows of any other
 kind, such as a vendor video's MP4 clips, are refused when the loader is made
 (:class:`UnsupportedRowsError`, naming them) unless ``skip_unsupported=True``, which leaves them out and
@@ -31,7 +37,7 @@ import random
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
@@ -164,6 +170,7 @@ class SampleLoader:
         skip_unsupported: bool = False,
         storage_options: Mapping[str, Any] | None = None,
         max_open_readers: int = DEFAULT_MAX_OPEN_READERS,
+        processes: bool = False,
     ) -> None:
         _check_int("batch_size", batch_size, 1)
         _check_int("workers", workers, 1)
@@ -202,9 +209,24 @@ class SampleLoader:
         # thread name -> uri -> reader, least recently used first
         self._readers: dict[str, OrderedDict[str, EpisodeReader]] = {}
         self._retired = ReadCounters()  # what the readers closed on eviction had read
+        self._returned = ReadCounters()  # what samples read in worker processes cost
         self.readers_closed = 0  # readers closed on eviction so far
         self.thread_name_prefix = f"sluice-loader-{next(_loader_numbers)}"
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=self.thread_name_prefix)
+        self.processes = processes
+        self._pool: Executor
+        if processes:
+            # clean spawned children: a forked one would inherit the training process's threads and locks,
+            # and none re-imports the training script (pipeline.processes)
+            from pipeline.processes import WorkerPool
+
+            self._pool = WorkerPool(
+                workers,
+                name="sample loader",
+                initializer=_process_init,
+                initargs=(self._storage_options, max_open_readers, self.uris[:max_open_readers]),
+            )
+        else:
+            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=self.thread_name_prefix)
         self._closed = False
         log.info(
             "sample loader over %d rows (%d files), batch %d, %d worker(s), prefetch %d, seed %d",
@@ -240,6 +262,9 @@ class SampleLoader:
         warm-up before its first step), so that steps pay for reading samples, not for opening files and
         indexing them. Raises :class:`SampleReadError` naming the first file that cannot be opened."""
         self._check_open()
+        if self.processes:
+            self._open_process_readers()
+            return
         rows: dict[str, int] = {}  # uri -> first row with it, for the error
         for index, uri in enumerate(self._table.column("uri").take(pa.array(self._positions)).to_pylist()):
             rows.setdefault(uri, index)
@@ -256,6 +281,20 @@ class SampleLoader:
 
         for future in [self._pool.submit(open_all) for _ in range(self.workers)]:
             future.result()
+
+    def _open_process_readers(self) -> None:
+        """Wait until every worker process has started (its initializer opens the first files); a file that
+        cannot be opened is raised here as a :class:`SampleReadError`."""
+        seen: set[int] = set()
+        for _ in range(20):  # the pool starts processes as work arrives: ask until each has answered
+            for future in [self._pool.submit(_process_warm, 0.05) for _ in range(self.workers)]:
+                pid, failed = future.result()
+                if failed is not None:
+                    uri, detail = failed
+                    raise SampleReadError(self.uris.index(uri), uri, f"cannot open the episode: {detail}")
+                seen.add(pid)
+            if len(seen) >= self.workers:
+                return
 
     def close(self) -> None:
         """Stop the worker threads (pending batches are dropped) and close every reader. Idempotent."""
@@ -287,6 +326,7 @@ class SampleLoader:
         total = ReadCounters()
         with self._lock:
             total.add(self._retired)
+            total.add(self._returned)
         for per_thread in self.readers_by_thread().values():
             for reader in per_thread.values():
                 total.add(reader.totals)
@@ -304,6 +344,10 @@ class SampleLoader:
                     pending.append(self._submit())
                 rows, futures = pending.popleft()
                 batch = SampleBatch(future.result() for future in futures)
+                if self.processes:
+                    with self._lock:
+                        for sample in batch:
+                            self._returned.add(sample.counters)
                 batch.rows = rows
                 # Refill after collecting: submitting wakes the workers, which then compete for the GIL
                 # with this thread; collecting first keeps a ready batch from waiting on them.
@@ -325,34 +369,22 @@ class SampleLoader:
         if self._closed:
             raise LoaderClosedError("the sample loader was closed while iterating")
         picks = self._picks(self._rng)
+        if self.processes:
+            futures = []
+            for index, where in picks:
+                row = self._row(index)
+                futures.append(
+                    self._pool.submit(_process_sample, index, row, where, self._room_ns, self.sample_options)
+                )
+            return [row for row, _ in picks], futures
         return [row for row, _ in picks], [self._pool.submit(self._sample, *pick) for pick in picks]
 
     def _picks(self, rng: random.Random) -> list[tuple[int, float]]:
         return [(rng.randrange(len(self)), rng.random()) for _ in range(self.batch_size)]
 
     def _sample(self, index: int, where: float) -> Sample:
-        """One sample of row ``index``; whatever goes wrong reaches training as a :class:`SampleReadError`
-        naming the row and its uri, chained from the cause."""
-        row = self._row(index)
-        try:
-            reader = self._reader(row.uri)
-            start_ns, end_ns = reader.start_ns, reader.end_ns
-        except Exception as exc:  # missing, damaged, not an episode, or nothing to sample in
-            raise SampleReadError(index, row.uri, f"cannot open the episode: {exc!r}") from exc
-        lo = start_ns if row.start_ns is None else max(row.start_ns, start_ns)
-        hi = end_ns if row.end_ns is None else min(row.end_ns, end_ns)
-        if hi < lo:
-            raise SampleReadError(
-                index,
-                row.uri,
-                f"its window {row.start_ns}..{row.end_ns} ns is outside the file's {start_ns}..{end_ns} ns",
-            )
-        earliest = min(lo + self._room_ns, hi)
-        t_ns = earliest + int(where * (hi - earliest))
-        try:
-            return reader.sample(t_ns, **self.sample_options)
-        except Exception as exc:  # a damaged chunk or frame: the row and time say where to look
-            raise SampleReadError(index, row.uri, f"sample at {t_ns} ns: {exc!r}") from exc
+        """One sample of row ``index`` on this worker thread (see :func:`_sample_row`)."""
+        return _sample_row(self._reader, index, self._row(index), where, self._room_ns, self.sample_options)
 
     def _reader(self, uri: str) -> EpisodeReader:
         """This thread's reader of ``uri``, opened if needed; the thread's least recently used reader is
@@ -381,6 +413,75 @@ class SampleLoader:
     def _check_open(self) -> None:
         if self._closed:
             raise LoaderClosedError("the sample loader is closed; make a new one")
+
+
+def _sample_row(
+    reader_of: Any, index: int, row: EpisodeRow, where: float, room_ns: int, options: Mapping[str, Any]
+) -> Sample:
+    """The sample of row ``index`` at ``where`` along its window's room, read with ``reader_of(uri)``;
+    whatever goes wrong reaches training as a :class:`SampleReadError` naming the row and its uri, chained
+    from the cause."""
+    try:
+        reader = reader_of(row.uri)
+        start_ns, end_ns = reader.start_ns, reader.end_ns
+    except Exception as exc:  # missing, damaged, not an episode, or nothing to sample in
+        raise SampleReadError(index, row.uri, f"cannot open the episode: {exc!r}") from exc
+    lo = start_ns if row.start_ns is None else max(row.start_ns, start_ns)
+    hi = end_ns if row.end_ns is None else min(row.end_ns, end_ns)
+    if hi < lo:
+        raise SampleReadError(
+            index,
+            row.uri,
+            f"its window {row.start_ns}..{row.end_ns} ns is outside the file's {start_ns}..{end_ns} ns",
+        )
+    earliest = min(lo + room_ns, hi)
+    t_ns = earliest + int(where * (hi - earliest))
+    try:
+        return reader.sample(t_ns, **options)
+    except Exception as exc:  # a damaged chunk or frame: the row and time say where to look
+        raise SampleReadError(index, row.uri, f"sample at {t_ns} ns: {exc!r}") from exc
+
+
+# -- worker processes -------------------------------------------------------------------------------------
+
+#: One worker process's readers (uri -> reader, least recently used first) and options.
+_PROCESS_READERS: OrderedDict[str, EpisodeReader] = OrderedDict()
+_PROCESS_STATE: dict[str, Any] = {}
+
+
+def _process_init(storage_options: dict[str, Any], max_open_readers: int, warm_uris: list[str]) -> None:
+    _PROCESS_STATE.update(storage_options=storage_options, max_open_readers=max_open_readers, failed=None)
+    for uri in warm_uris:
+        try:
+            _process_reader(uri)
+        except Exception as exc:  # reported by open_readers(), and again by the sample that needs it
+            _PROCESS_STATE["failed"] = (uri, repr(exc))
+            break
+
+
+def _process_reader(uri: str) -> EpisodeReader:
+    reader = _PROCESS_READERS.get(uri)
+    if reader is not None:
+        _PROCESS_READERS.move_to_end(uri)
+        return reader
+    while len(_PROCESS_READERS) >= _PROCESS_STATE["max_open_readers"]:
+        _PROCESS_READERS.popitem(last=False)[1].close()
+    reader = _PROCESS_READERS[uri] = EpisodeReader(uri, storage_options=_PROCESS_STATE["storage_options"])
+    return reader
+
+
+def _process_warm(delay_s: float) -> tuple[int, tuple[str, str] | None]:
+    import os
+    import time
+
+    time.sleep(delay_s)  # hold this process so that the next warm-up task reaches another
+    return os.getpid(), _PROCESS_STATE.get("failed")
+
+
+def _process_sample(
+    index: int, row: EpisodeRow, where: float, room_ns: int, options: Mapping[str, Any]
+) -> Sample:
+    return _sample_row(_process_reader, index, row, where, room_ns, options)
 
 
 # -- rows -------------------------------------------------------------------------------------------------

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import av
 import fsspec
 import lz4.frame
 import numpy as np
@@ -27,8 +26,8 @@ from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 from pipeline.enums import ReasonCode
 from pipeline.errors import InputError
 from pipeline.reader.counters import ReadCounters
+from pipeline.reader.decode import SparseDecoder, plan_runs
 from pipeline.reader.index import CameraTable, ChunkInfo, EpisodeIndex, MessageLoc, build_index
-from pipeline.transcode.cameras import timestamp
 
 NS_PER_S = 1_000_000_000
 #: Ranges this close are fetched as one read (the gap is read too). 256 KiB is what a local NVMe drive
@@ -98,7 +97,7 @@ class EpisodeReader:
             name = str(source)
         else:
             self._fh, self._owns, name = source, False, getattr(source, "name", "<stream>")
-        self._decoders: dict[str, Any] = {}
+        self._decoders: dict[str, SparseDecoder] = {}
         try:
             self.index: EpisodeIndex = build_index(self._fh, name)
         except BaseException:
@@ -171,7 +170,6 @@ class EpisodeReader:
         for topic in topics:
             wanted += [(topic, loc) for loc in self.index.window(topic, t_ns - window_ns, t_ns)]
         requested: dict[str, list[int]] = {}
-        needed: dict[str, list[int]] = {}
         for name in cameras:
             table = self.index.cameras[name]
             times = [
@@ -179,32 +177,64 @@ class EpisodeReader:
                 for k in range(frames_per_camera)
             ]
             requested[name] = [table.frame_at(time) for time in times]
-            positions = sorted({p for r in requested[name] for p in table.dependencies(r)})
-            needed[name] = positions
-            wanted += [(name, table.locations[p]) for p in positions]
-        records = self._fetch([loc for _, loc in wanted], counters)
-        proprio: dict[str, list[dict[str, Any]]] = {topic: [] for topic in topics}
-        units: dict[str, list[bytes]] = {name: [] for name in cameras}
-        for key, loc in wanted:
-            payload = records[(loc.chunk, loc.offset)]
-            if key in proprio:
-                proprio[key].append(json.loads(payload))
-            else:
-                units[key].append(CompressedVideo.FromString(payload).data)
-        if decode:
-            frames = {
-                name: self._decode(
-                    self.index.cameras[name], needed[name], units[name], requested[name], counters
-                )
-                for name in cameras
-            }
-        else:
-            frames = {
-                name: [CameraFrame(self.index.cameras[name].pts_ns[p], None) for p in requested[name]]
-                for name in cameras
-            }
+        proprio, frames = self._read(wanted, topics, requested, counters, decode)
         self.totals.add(counters)
         return Sample(t_ns, proprio, frames, counters)
+
+    def frames(
+        self, requests: Mapping[str, Sequence[int]], *, decode: bool = True
+    ) -> tuple[dict[str, list[CameraFrame]], ReadCounters]:
+        """Frames by display index (0 = the camera's first frame shown) per camera, in the order asked
+        (duplicates and any order allowed), and what reading them cost. Each camera's requests are decoded
+        in one call: their dependency closures merged, a shared anchor decoded once."""
+        counters = ReadCounters(samples=1)
+        positions = {}
+        for name, indexes in requests.items():
+            table = self.index.cameras[name]
+            try:
+                positions[name] = [table.display[k] for k in indexes]
+            except IndexError:
+                raise ValueError(
+                    f"camera {name}: display index out of 0..{len(table.display) - 1} in {list(indexes)}"
+                ) from None
+        _, frames = self._read([], [], positions, counters, decode)
+        self.totals.add(counters)
+        return frames, counters
+
+    def _read(
+        self,
+        wanted: list[tuple[str, MessageLoc]],
+        topics: Sequence[str],
+        requested: dict[str, list[int]],
+        counters: ReadCounters,
+        decode: bool,
+    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[CameraFrame]]]:
+        """Fetch ``wanted`` proprio messages and the requested frames' closures in one plan; decode."""
+        runs: dict[str, list[list[int]]] = {}
+        for name, positions in requested.items():
+            table = self.index.cameras[name]
+            runs[name] = plan_runs(table.letters, table.pts_ns, positions, split_gaps=table.codec == "h264")
+            wanted = wanted + [(name, table.locations[p]) for run in runs[name] for p in run]
+        records = self._fetch([loc for _, loc in wanted], counters)
+        proprio: dict[str, list[dict[str, Any]]] = {topic: [] for topic in topics}
+        for key, loc in wanted:
+            if key in proprio:
+                proprio[key].append(json.loads(records[(loc.chunk, loc.offset)]))
+        frames: dict[str, list[CameraFrame]] = {}
+        for name, positions in requested.items():
+            table = self.index.cameras[name]
+            if not decode:
+                frames[name] = [CameraFrame(table.pts_ns[p], None) for p in positions]
+                continue
+            units = {
+                p: CompressedVideo.FromString(
+                    records[(table.locations[p].chunk, table.locations[p].offset)]
+                ).data
+                for run in runs[name]
+                for p in run
+            }
+            frames[name] = self._decode(table, runs[name], units, positions, counters)
+        return proprio, frames
 
     # -- reading --------------------------------------------------------------------------------------
 
@@ -277,61 +307,29 @@ class EpisodeReader:
 
     # -- decoding -------------------------------------------------------------------------------------
 
-    def _decoder(self, name: str) -> Any:
-        decoder = self._decoders.get(name)
+    def _decoder(self, table: CameraTable) -> SparseDecoder:
+        decoder = self._decoders.get(table.name)
         if decoder is None:
-            decoder = av.CodecContext.create("h264", "r")
-            decoder.thread_count = 1  # one frame at a time from a few packets: threads only add latency
-            self._decoders[name] = decoder
+            decoder = self._decoders[table.name] = SparseDecoder(table.codec, self.pixel_format)
         return decoder
 
     def _decode(
         self,
         table: CameraTable,
-        positions: list[int],
-        units: list[bytes],
+        runs: list[list[int]],
+        units: dict[int, bytes],
         requested: list[int],
         counters: ReadCounters,
     ) -> list[CameraFrame]:
-        try:
-            return self._decode_with(self._decoder(table.name), table, positions, units, requested, counters)
-        except BaseException:
-            # a decoder that failed mid-GOP holds that GOP's state (or is drained): the next sample gets
-            # a fresh one
-            self._decoders.pop(table.name, None)
-            raise
-
-    def _decode_with(
-        self,
-        decoder: Any,
-        table: CameraTable,
-        positions: list[int],
-        units: list[bytes],
-        requested: list[int],
-        counters: ReadCounters,
-    ) -> list[CameraFrame]:
-        wanted = set(requested)
-        pictures: dict[int, av.VideoFrame] = {}  # only the requested ones: a long GOP decodes many more
-        decoded = 0
-        for position, data in zip(positions, units, strict=True):
-            packet = av.Packet(data)
-            packet.pts = position
-            for frame in decoder.decode(packet):
-                decoded += 1
-                if timestamp(frame) in wanted:
-                    pictures[timestamp(frame)] = frame
-        for frame in decoder.decode(None):
-            decoded += 1
-            if timestamp(frame) in wanted:
-                pictures[timestamp(frame)] = frame
-        decoder.flush_buffers()  # ready for the next sample's keyframe
-        counters.frames_decoded += decoded
+        decoder = self._decoder(table)
+        before = decoder.frames_decoded
+        pictures = decoder.decode(runs, units.__getitem__, requested)
+        counters.frames_decoded += decoder.frames_decoded - before
         out = []
-        for position in requested:
-            frame = pictures.get(position)
-            if frame is None:
+        for position in requested:  # a duplicate request gets the same array
+            image = pictures.get(position)
+            if image is None:
                 raise FrameDecodeError(self.index.source, table.name, position, table.pts_ns[position])
-            image = frame.to_ndarray(format=self.pixel_format) if self.pixel_format else frame.to_ndarray()
             out.append(CameraFrame(table.pts_ns[position], image))
             counters.frames_returned += 1
         return out

@@ -68,6 +68,9 @@ class EpisodeMedia:
     h264: H264Settings = field(default_factory=lambda: H264Settings(zero_latency=True))
     compression: Compression = "zstd"
     chunk_size_bytes: int = 1 << 20  # the stock writer's default: a vendor logger's layout, not ours
+    # The frame index drawn into every frame (tests find frames by it); benchmarks that compare codecs turn
+    # it off, since high-contrast blocks that change every frame are nothing a camera sees.
+    frame_code: bool = True
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,12 @@ def _camera_messages(
 
     for k in frame_indices:
         k = int(k)
-        yuv = scene.render(k / layout.CAMERA_RATE_HZ, grain_index=k, code=FrameCode(k, camera_index), out=buf)
+        yuv = scene.render(
+            k / layout.CAMERA_RATE_HZ,
+            grain_index=k,
+            code=FrameCode(k, camera_index) if media.frame_code else None,
+            out=buf,
+        )
         yield from wrap(encoder.encode(yuv, pts=k))
     yield from wrap(encoder.flush())
 

@@ -20,8 +20,8 @@ from av.video.codeccontext import VideoCodecContext
 
 from pipeline.enums import ReasonCode
 from pipeline.media.x264 import X264_THREADS
+from pipeline.transcode.bitstream import unit_letter
 from pipeline.transcode.errors import TranscodeInputError
-from pipeline.transcode.h264 import access_unit_info, frame_letter
 from pipeline.transcode.profiles import EncoderSettings, fit_size
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class EncodedUnit:
     display_index: int  # presentation position in the output stream
     source_index: int
     data: bytes
-    letter: str  # frame letter, see pipeline.transcode.h264.frame_letter
+    letter: str  # frame letter, see pipeline.transcode.h264.frame_letter (both codecs)
 
 
 @dataclass(frozen=True)
@@ -69,12 +69,13 @@ class EncodedCamera:
     decoded_frames: int
 
 
-def decode_units(units: Sequence[bytes], *, what: str) -> Iterator[av.VideoFrame]:
-    """Decode Annex B access units in order; each frame's ``pts`` is the index of the unit it came from.
+def decode_units(units: Sequence[bytes], *, what: str, decoder_name: str = "h264") -> Iterator[av.VideoFrame]:
+    """Decode Annex B access units in order (FFmpeg decoder ``decoder_name``: ``h264`` or ``hevc``); each
+    frame's ``pts`` is the index of the unit it came from.
 
     A unit the decoder refuses raises :class:`TranscodeInputError` (``decode_error``).
     """
-    decoder = av.CodecContext.create("h264", "r")
+    decoder = cast(VideoCodecContext, av.CodecContext.create(decoder_name, "r"))
     decoder.thread_count = 1  # every core already runs a camera's encode: decoder threads would only compete
     for index, data in enumerate(units):
         packet = av.Packet(data)
@@ -138,15 +139,16 @@ def prefetched(items: Iterable[av.VideoFrame], depth: int = PREFETCH_FRAMES) -> 
 
 
 def make_encoder(width: int, height: int, rate: Fraction, settings: EncoderSettings) -> VideoCodecContext:
-    """A libx264 encoder configured by ``settings`` (raw Annex B out: SPS/PPS repeated before each IDR)."""
-    encoder = cast(VideoCodecContext, av.CodecContext.create("libx264", "w"))
+    """A libx264 or libx265 encoder configured by ``settings`` (raw Annex B out: parameter sets repeated
+    before each keyframe)."""
+    encoder = cast(VideoCodecContext, av.CodecContext.create(settings.encoder_name, "w"))
     encoder.width = width
     encoder.height = height
     encoder.pix_fmt = "yuv420p"
     encoder.time_base = 1 / rate
     encoder.framerate = rate
     encoder.thread_count = X264_THREADS
-    encoder.options = settings.x264_options()
+    encoder.options = settings.encoder_options()
     return encoder
 
 
@@ -157,12 +159,12 @@ def timestamp(item: av.Packet | av.VideoFrame) -> int:
     return int(item.pts)
 
 
-def _wrap(packets: Sequence[av.Packet], source_of: Sequence[int]) -> list[EncodedUnit]:
+def _wrap(packets: Sequence[av.Packet], source_of: Sequence[int], codec: str) -> list[EncodedUnit]:
     out = []
     for packet in packets:
         data = bytes(packet)
         pts = timestamp(packet)
-        out.append(EncodedUnit(pts, source_of[pts], data, frame_letter(access_unit_info(data))))
+        out.append(EncodedUnit(pts, source_of[pts], data, unit_letter(codec, data)))
     return out
 
 
@@ -195,10 +197,10 @@ def encode_camera(job: CameraJob) -> EncodedCamera:
         out.pts = len(source_of) - 1
         out.time_base = encoder.time_base
         out.pict_type = av.video.frame.PictureType.NONE  # let x264 choose: the GOP comes from its params
-        units += _wrap(encoder.encode(out), source_of)
+        units += _wrap(encoder.encode(out), source_of, job.settings.codec)
     if encoder is None:
         raise TranscodeInputError(ReasonCode.TOO_FEW_FRAMES, f"camera {job.name}: no frame decodes")
-    units += _wrap(encoder.encode(None), source_of)
+    units += _wrap(encoder.encode(None), source_of, job.settings.codec)
     log.debug("camera %s: %d frames decoded, %d units out", job.name, len(source_of), len(units))
     return EncodedCamera(
         name=job.name,

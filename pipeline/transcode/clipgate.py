@@ -24,6 +24,7 @@ from pipeline.config import ClipOptions, QualityPost, TranscodeOptions
 from pipeline.enums import ReasonCode
 from pipeline.transcode.clips import Analysis, ClipPlan, clip_of, normalised_frames, read_manifest
 from pipeline.transcode.h264 import avcc_entropy_coders, coder_mismatch
+from pipeline.transcode.h265 import hvcc_has_parameter_sets
 from pipeline.transcode.postgate import CheckOutcome, failed_check, luma, psnr_db
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
 from pipeline.transcode.publish import sha256_file
@@ -92,10 +93,13 @@ def check_clips(
             )
         letters = "".join(scan.letters)
         expected = expected_letters(n, settings).upper()
-        try:
-            coders = avcc_entropy_coders(scan.extradata)
-        except ValueError:
-            coders = set()
+        if settings.codec == "h265":
+            coders = {"cabac"} if hvcc_has_parameter_sets(scan.extradata) else set()
+        else:
+            try:
+                coders = avcc_entropy_coders(scan.extradata)
+            except ValueError:
+                coders = set()
         observed["gop"][name] = {
             "keyframes": letters.count("I"),
             "gop_frames": settings.gop_frames,

@@ -27,10 +27,11 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import av
 import av.filter
+from av.video.stream import VideoStream
 
 from pipeline.config import ClipOptions, TranscodeOptions
 from pipeline.enums import ReasonCode
@@ -353,11 +354,11 @@ class _ClipWriter:
         self.final = out_dir / f"clip_{plan.index:03d}.mp4"
         self.path = staging_path(self.final, staging_dir)
         self.container = av.open(str(self.path), "w", format="mp4")
-        self.stream = self.container.add_stream("libx264", rate=fps)
+        self.stream = cast(VideoStream, self.container.add_stream(settings.encoder_name, rate=fps))
         self.stream.width, self.stream.height = width, height
         self.stream.pix_fmt = "yuv420p"
         self.stream.codec_context.thread_count = X264_THREADS
-        self.stream.options = dict[str, object](settings.x264_options())
+        self.stream.options = dict[str, object](settings.encoder_options())
         self.fps = fps
         self.frames = 0
 

@@ -33,9 +33,10 @@ from mcap.reader import make_reader
 from pipeline.config import QualityPost
 from pipeline.enums import CheckStatus, ReasonCode
 from pipeline.transcode import layout
+from pipeline.transcode.bitstream import unit_info
 from pipeline.transcode.cameras import SCALE_INTERPOLATION, decode_units, timestamp
 from pipeline.transcode.errors import TranscodeInputError
-from pipeline.transcode.h264 import access_unit_info, coder_mismatch, frame_letter
+from pipeline.transcode.h264 import coder_mismatch, frame_letter
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
 from pipeline.transcode.publish import sha256_file
 from pipeline.transcode.resample import NS_PER_S, Series, grid_instant, resample_rmse
@@ -199,7 +200,10 @@ def _video_checks(
         pict_types: dict[int, str] = {}
         size = None
         try:
-            for frame in decode_units(got.units, what=f"output camera {camera.name}"):
+            units = decode_units(
+                got.units, what=f"output camera {camera.name}", decoder_name=settings.decoder_name
+            )
+            for frame in units:
                 pict_types[timestamp(frame)] = _picture_type(frame)
                 size = (frame.width, frame.height)
                 if timestamp(frame) in sampled:
@@ -241,7 +245,7 @@ def _video_checks(
             )
         # GOP audit: bitstream letters in display order against the profile's pattern
         try:
-            infos = [access_unit_info(u) for u in got.units]
+            infos = [unit_info(settings.codec, u) for u in got.units]
         except ValueError as exc:  # a unit without a (whole) slice: judged, not raised
             failures.setdefault(
                 "gop", (ReasonCode.GOP_MISMATCH, f"camera {camera.name}: unreadable access unit: {exc}")
@@ -251,14 +255,19 @@ def _video_checks(
         shown = "".join(letters[i] for i in display)
         expected = expected_letters(n, settings)
         decoder_says = "".join(pict_types.get(i, "?")[:1] for i in display)
-        table_ok = got.table.get("types") == "".join(letters) and got.table.get("pts_ns") == got.pts_ns
+        table_ok = (
+            got.table.get("types") == "".join(letters)
+            and got.table.get("pts_ns") == got.pts_ns
+            and got.table.get("codec", "h264") == settings.codec
+        )
         mismatch = next((k for k, (a, b) in enumerate(zip(shown, expected, strict=True)) if a != b), None)
         decoder_mismatch = next(
             (k for k, (a, b) in enumerate(zip(shown, decoder_says, strict=True)) if a.upper() != b), None
         )
         coders = set().union(*(i.coders for i in infos))
         gop_obs[camera.name] = {
-            "keyframes": shown.count("I"),
+            "codec": settings.codec,
+            "keyframes": shown.count("I") + shown.count("i"),
             "gop_frames": settings.gop_frames,
             "b_frames": sum(1 for c in shown if c in "Bb"),
             "reference_b_frames": shown.count("B"),

@@ -29,7 +29,8 @@ from pipeline.transcode import layout
 from pipeline.transcode.cameras import CameraJob, EncodedCamera, deal, encode_camera, encode_cameras
 from pipeline.transcode.errors import OutputVerifyError, TranscodeInputError
 from pipeline.transcode.groupwriter import GroupedWriter, GroupSpec, OutMessage
-from pipeline.transcode.profiles import EncoderSettings
+from pipeline.transcode.h264 import KEY_LETTERS
+from pipeline.transcode.profiles import FOXGLOVE_FORMATS, EncoderSettings
 from pipeline.transcode.publish import publish, sha256_file, staged
 from pipeline.transcode.resample import Resampled, clean_series, grid, resample
 from pipeline.transcode.source import SourceCamera, SourceEpisode, read_source
@@ -186,26 +187,34 @@ def _timestamp(stamp_ns: int) -> Timestamp:
 
 
 def _camera_units(
-    src: SourceCamera, cam: EncodedCamera, channel_id: int, gop_frames: int
+    src: SourceCamera, cam: EncodedCamera, channel_id: int, settings: EncoderSettings
 ) -> dict[int, list[OutMessage]]:
-    """The camera's messages by GOP (display index // gop_frames): closed GOPs are contiguous in decode
-    order, so a GOP's messages all belong in one chunk."""
+    """The camera's messages in decode order, cut into units at every keyframe: a closed GOP is one unit,
+    so its messages all belong in one chunk; in random_access's open GOPs a unit is an intra anchor and
+    the B-frames decoded after it (those of the interval it closes). The sample reader relies on the file
+    holding a camera's messages in decode order."""
+    video_format = FOXGLOVE_FORMATS[settings.codec]
     presentation = [src.stamps_ns[u.source_index] for u in cam.units]
-    by_gop: dict[int, list[OutMessage]] = {}
+    by_unit: dict[int, list[OutMessage]] = {}
+    key = -1
     for unit, stamp, log_time in zip(cam.units, presentation, decode_times(presentation), strict=True):
+        if unit.letter in KEY_LETTERS or key < 0:
+            key += 1
         payload = CompressedVideo(
-            timestamp=_timestamp(stamp), frame_id=cam.name, data=unit.data, format="h264"
+            timestamp=_timestamp(stamp), frame_id=cam.name, data=unit.data, format=video_format
         ).SerializeToString()
-        by_gop.setdefault(unit.display_index // gop_frames, []).append(
+        by_unit.setdefault(key, []).append(
             OutMessage(channel_id, log_time=log_time, publish_time=stamp, data=payload)
         )
-    return by_gop
+    return by_unit
 
 
-def frame_table(src: SourceCamera, cam: EncodedCamera) -> dict[str, Any]:
-    """The ``sluice.frames`` entry of a camera: frame letters and presentation stamps in decode order."""
+def frame_table(src: SourceCamera, cam: EncodedCamera, codec: str = "h264") -> dict[str, Any]:
+    """The ``sluice.frames`` entry of a camera: its codec, frame letters and presentation stamps in decode
+    order."""
     return {
         "topic": src.topic,
+        "codec": codec,
         "width": cam.width,
         "height": cam.height,
         "types": "".join(u.letter for u in cam.units),
@@ -264,7 +273,7 @@ def _write(
         writer = GroupedWriter(fh, groups, library=layout.LIBRARY)
         writer.start()
         _write_metadata(writer, episode, encoded, resampled, config, provenance)
-        _add_cameras(writer, episode, encoded, options.gop_frames, units, counts)
+        _add_cameras(writer, episode, encoded, EncoderSettings.from_options(options), units, counts)
         schema_ids = {
             topic: 0 if schema is None else writer.register_schema(schema.name, schema.encoding, schema.data)
             for topic, schema in episode.schemas.items()
@@ -288,7 +297,7 @@ def _add_cameras(
     writer: GroupedWriter,
     episode: SourceEpisode,
     encoded: Sequence[EncodedCamera],
-    gop_frames: int,
+    settings: EncoderSettings,
     units: _Units,
     counts: dict[str, int],
 ) -> None:
@@ -302,7 +311,7 @@ def _add_cameras(
             {layout.GROUP_KEY: layout.GROUP_CAMERAS, layout.SOURCE_TOPIC_KEY: src.topic},
         )
         counts[src.topic] = len(cam.units)
-        for _, messages in sorted(_camera_units(src, cam, channel, gop_frames).items()):
+        for _, messages in sorted(_camera_units(src, cam, channel, settings).items()):
             units.add(min(m.log_time for m in messages), layout.GROUP_CAMERAS, messages)
 
 
@@ -406,7 +415,7 @@ def _write_metadata(
     }
     writer.add_metadata(layout.TRANSCODE_METADATA, record)
     frames = {
-        cam.name: json.dumps(frame_table(src, cam), separators=(",", ":"))
+        cam.name: json.dumps(frame_table(src, cam, settings.codec), separators=(",", ":"))
         for src, cam in zip(episode.cameras, encoded, strict=True)
     }
     writer.add_metadata(layout.FRAMES_METADATA, frames)

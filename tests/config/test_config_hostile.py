@@ -324,9 +324,17 @@ def test_pool_slots_must_fit_the_pool(write_vendor, tiny: str) -> None:
 
 def test_random_access_needs_b_frames_between_anchors(write_vendor, tiny: str) -> None:
     problems = problems_of(write_vendor(tiny + "transcode: {profile: random_access, bframes: 4}\n"))
-    assert "bframes ≥ gop_frames - 2 = 15" in problems["transcode.bframes"]
+    assert "bframes ≥ gop_frames - 1 = 16" in problems["transcode.bframes"]
     problems = problems_of(write_vendor(tiny + "transcode: {profile: vla, bframes: 2}\n"))
     assert "Foxglove" in problems["transcode.bframes"]
+    # anchors at most 17 apart: 16 B-frames is what x264 and x265 allow between two
+    problems = problems_of(write_vendor(tiny + "transcode: {profile: random_access, gop_frames: 18}\n"))
+    assert "gop_frames ≤ 17" in problems["transcode.gop_frames"]
+
+
+def test_h265_has_no_cavlc(write_vendor, tiny: str) -> None:
+    problems = problems_of(write_vendor(tiny + "transcode: {codec: h265, entropy_coder: cavlc}\n"))
+    assert "h265 has only CABAC" in problems["transcode.entropy_coder"]
 
 
 def test_crf_and_qp_are_exclusive(write_vendor, tiny: str) -> None:

@@ -26,6 +26,7 @@ from pipeline.reader import (
     EpisodeRow,
     LoaderArgumentError,
     LoaderClosedError,
+    ReadCounters,
     SampleLoader,
     SampleReadError,
     UnsupportedRowsError,
@@ -59,6 +60,14 @@ def _rows(path: Path, span: tuple[int, int]) -> list[EpisodeRow]:
 
 def _key(batch: list) -> list[tuple[int, int]]:
     return [(row, sample.t_ns) for row, sample in zip(batch.rows, batch, strict=True)]
+
+
+def _assert_same_frames(left_batches: list, right_batches: list) -> None:
+    for left, right in zip(left_batches, right_batches, strict=True):
+        for a, b in zip(left, right, strict=True):
+            for camera in a.frames:
+                for fa, fb in zip(a.frames[camera], b.frames[camera], strict=True):
+                    assert fa.stamp_ns == fb.stamp_ns and np.array_equal(fa.image, fb.image)
 
 
 def _manifest_table(rows: list[tuple[str, str, int, int]]) -> pa.Table:
@@ -133,11 +142,7 @@ def test_prefetching_on_threads_yields_what_the_synchronous_loader_does(
 
     synchronous, prefetched = read(1, 0), read(3, 3)
     assert [_key(b) for b in synchronous] == [_key(b) for b in prefetched]
-    for left, right in zip(synchronous, prefetched, strict=True):
-        for a, b in zip(left, right, strict=True):
-            for camera in a.frames:
-                for fa, fb in zip(a.frames[camera], b.frames[camera], strict=True):
-                    assert fa.stamp_ns == fb.stamp_ns and np.array_equal(fa.image, fb.image)
+    _assert_same_frames(synchronous, prefetched)
 
 
 def test_each_worker_thread_has_its_own_readers(path: Path, tmp_path: Path) -> None:
@@ -317,3 +322,30 @@ def test_an_episode_without_cameras_is_sampled(path: Path, tmp_path: Path) -> No
     for sample in batch:
         assert sample.frames == {}
         assert sample.proprio and all(sample.proprio.values())
+
+
+def test_worker_processes_yield_what_the_synchronous_loader_does(path: Path, span: tuple[int, int]) -> None:
+    def read(processes: bool, workers: int, prefetch: int) -> tuple[list, ReadCounters]:
+        with SampleLoader(
+            _rows(path, span), 3, workers=workers, prefetch=prefetch, seed=5, processes=processes
+        ) as loader:
+            loader.open_readers()
+            batches = [batch for _, batch in zip(range(4), loader, strict=False)]
+            return batches, loader.totals()
+
+    (synchronous, _), (pooled, totals) = read(False, 1, 0), read(True, 2, 2)
+    assert [_key(b) for b in synchronous] == [_key(b) for b in pooled]
+    _assert_same_frames(synchronous, pooled)
+    # what the processes read reaches the training process's totals
+    assert totals.samples >= 12 and totals.frames_returned >= 12 * 2 * len(synchronous[0][0].frames)
+
+
+def test_a_worker_process_names_an_unreadable_row(tmp_path: Path) -> None:
+    missing = tmp_path / "gone" / "episode.mcap"
+    with SampleLoader([missing], 1, workers=1, prefetch=0, processes=True) as loader:
+        with pytest.raises(SampleReadError) as caught:
+            loader.open_readers()
+        assert str(missing) in str(caught.value)
+        with pytest.raises(SampleReadError) as caught:
+            next(iter(loader))
+        assert caught.value.row == 0 and str(missing) in str(caught.value)

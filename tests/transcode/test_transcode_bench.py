@@ -21,6 +21,17 @@ READ_KEYS = (
     "cavlc_decode_speedup_vla",
     "cavlc_bytes_ratio_vla",
     "random_access_speedup_cavlc",
+    # the LeRobot v3 anchor
+    "lerobot_speedup_h264",
+    "lerobot_speedup_h265",
+    "lerobot_speedup_h264_uncapped",
+    "lerobot_speedup_h265_uncapped",
+    "lerobot_payload_ratio_h264",
+    "lerobot_payload_ratio_h265",
+    "lerobot_psnr_gap_db",
+    "decoded_frames_per_frame_ddra",
+    "native_sparse_decoded_frames_per_frame",
+    "native_sequential_decoded_frames_per_frame",
 )
 
 
@@ -33,6 +44,24 @@ def test_read_bench_reports_every_headline_key() -> None:
     assert results["decoded_frames_per_frame_world_model"] > results["decoded_frames_per_frame_vla"]
     assert results["baseline_read_amplification"] > results["read_amplification"]
     assert all(p["post_gate_passed"] for p in results["profiles"].values())
+    # quality matched by search, every DDRA read at most its two anchors per frame, the native source's
+    # merged closures never costlier than a sequential read
+    assert abs(results["lerobot_psnr_gap_db"]) <= 0.2
+    assert results["decoded_frames_per_frame_ddra"] <= 3.0
+    assert (
+        results["native_sparse_decoded_frames_per_frame"]
+        <= results["native_sequential_decoded_frames_per_frame"]
+    )
+    anchor = results["lerobot_anchor"]
+    for name in ("lerobot_v3", "ddra_h264", "ddra_h264_cavlc", "ddra_h265", "jpeg"):
+        timing = anchor["contenders"][name]["timing"]
+        assert set(timing) == {"capped", "uncapped"} and set(timing["capped"]) == set(anchor["patterns"])
+    assert anchor["contenders"]["lerobot_v3"]["settings"] == {
+        "encoder": "libsvtav1",
+        "g": 2,
+        "crf": 30,
+        "preset": 12,
+    }
     profiles = results["profiles"]
     matched = results["random_access_matched"]
     for cabac, cavlc in (("vla", "vla_cavlc"), (matched, f"{matched}_cavlc")):

@@ -41,8 +41,10 @@ SCRIPT = textwrap.dedent(
         "vla": {},
         "random_access": {},
         "random_access_crf": {"qp": None, "crf": 23},
+        "vla_h265": {"codec": "h265"},
+        "random_access_h265_crf": {"codec": "h265", "qp": None, "crf": 23},
     }.items():
-        profile = name.removesuffix("_crf")
+        profile = name.removesuffix("_crf").removesuffix("_h265")
         result = transcode_episode(
             source, out / name / "episode.mcap", config_for(profile, **options), PROVENANCE
         )
@@ -70,6 +72,14 @@ def _encode_all(tmp: Path, fill: int) -> dict[str, str]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MALLOC_PERTURB_ is glibc's")
 def test_encodes_do_not_depend_on_what_the_heap_held(tmp_path: Path) -> None:
     first, second = _encode_all(tmp_path, 85), _encode_all(tmp_path, 170)
-    assert set(first) == {"source", "vendor_clip", "vla", "random_access", "random_access_crf"}
+    assert set(first) == {
+        "source",
+        "vendor_clip",
+        "vla",
+        "random_access",
+        "random_access_crf",
+        "vla_h265",
+        "random_access_h265_crf",
+    }
     differing = sorted(k for k in first if first[k] != second[k])
     assert differing == []

@@ -130,7 +130,12 @@ def test_topic_groups_never_share_a_chunk_and_camera_chunks_start_at_gops(
 
 @pytest.mark.parametrize(
     ("profile", "gop"),
-    [("vla", "I" + "P" * 9), ("world_model", "I" + "P" * 44), ("random_access", "I" + "b" * 15 + "P")],
+    [
+        ("vla", "I" + "P" * 9),
+        ("world_model", "I" + "P" * 44),
+        # shared intra anchors (an open GOP: the second is a non-IDR I-frame), 16 B-frames between them
+        ("random_access", "I" + "b" * 16 + "i" + "b" * 16 + "i"),
+    ],
 )
 def test_each_profile_writes_its_gop_structure(
     profile: str, gop: str, transcoded: Callable[[str], TranscodeResult]
