@@ -87,7 +87,7 @@ def bench_section(path: Path) -> dict[str, Any]:
 
 def render_report(sources: ViewSources, ref: str, *, bench_files: Sequence[Path] = ()) -> str:
     """The report's HTML for the run ``ref`` names."""
-    from pipeline.report import quality
+    from pipeline.report import quality, sheet
     from pipeline.version import code_version
 
     run = resolve_run(sources, ref)
@@ -95,7 +95,7 @@ def render_report(sources: ViewSources, ref: str, *, bench_files: Sequence[Path]
     episodes = data["episode_ids"]
     with sources.session() as session:
         thresholds = quality.vendor_thresholds(session, run.vendor, run.config_hash)
-        sheet = quality.contact_sheet(session, episodes, storage_options=sources.storage_options)
+        frames = sheet.contact_sheet(session, episodes, storage_options=sources.storage_options)
         hours = quality.hours(session)
         ranges = quality.value_ranges(session, episodes, storage_options=sources.storage_options)
     data.update(
@@ -104,7 +104,7 @@ def render_report(sources: ViewSources, ref: str, *, bench_files: Sequence[Path]
         bench=[bench_section(Path(p)) for p in bench_files],
         histograms=quality.histograms(data["series"], episodes, thresholds),
         thresholds=thresholds,
-        sheet=sheet,
+        sheet=frames,
         hours=hours,
         ranges=ranges,
     )
