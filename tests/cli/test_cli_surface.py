@@ -34,8 +34,9 @@ def sluice(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) 
         with monkeypatch.context() as patch:
             for key, value in env.items():
                 patch.setenv(key, value)
+            patch.setattr(sys, "argv", ["sluice", *args])
             try:
-                main(args)
+                main()
                 code = 0
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
