@@ -84,12 +84,11 @@ def cli_command() -> Any:
     return command
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point (``argv`` defaults to the process's arguments): product errors, and
-    faults whose cause is known (a catalog never migrated), print as one clean message and exit 2; anything
-    else is a bug and keeps its traceback."""
+def main() -> None:
+    """Console-script entry point: product errors, and faults whose cause is known (a catalog never
+    migrated), print as one clean message and exit 2; anything else is a bug and keeps its traceback."""
     try:
-        cli_command()(args=argv, prog_name="sluice")
+        cli_command()(prog_name="sluice")
     except SluiceError as exc:
         _fail(str(exc))
     except Exception as exc:
