@@ -26,6 +26,7 @@ def _sluice(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.timeout(3 * RUN_TIMEOUT_S)
 def test_sluice_run_fails_on_a_missing_source_and_warns_on_an_empty_one(
     tmp_path: Path, migrated_database_url: str
 ) -> None:

@@ -97,6 +97,43 @@ def test_an_unknown_conf_key_fails_the_run_before_anything_is_opened(
     assert read_calls(synthetic_vendor.store) == []
 
 
+def test_a_missing_source_fails_the_run_with_source_missing(synthetic_vendor: SyntheticVendor) -> None:
+    import shutil
+
+    shutil.rmtree(synthetic_vendor.drop)  # a typo in source.url, an unmounted volume
+    dag_run = synthetic_vendor.run()
+    states = task_states(dag_run)
+    assert dag_run.state == "failed"
+    assert states[("discover", -1)] == "failed" and states[("finalize", -1)] == "failed"
+    _, outcome, warnings, _ = _run_row(synthetic_vendor)
+    assert outcome == "failed"
+    (entry,) = [w for w in warnings if w["step"] == "discover"]
+    assert entry["code"] == "source_missing" and entry["critical"] is True
+    assert str(synthetic_vendor.drop) in entry["detail"]
+
+
+def test_an_empty_source_is_a_recorded_warning_not_a_green_empty_run(
+    synthetic_vendor: SyntheticVendor,
+) -> None:
+    import shutil
+
+    shutil.rmtree(synthetic_vendor.drop)
+    synthetic_vendor.drop.mkdir()  # the vendor delivered nothing
+    dag_run = synthetic_vendor.run()
+    assert dag_run.state == "success"
+    _, outcome, warnings, _ = _run_row(synthetic_vendor)
+    assert outcome == "succeeded_with_warnings"
+    assert warnings == [
+        {
+            "step": "discover",
+            "critical": False,
+            "code": "source_empty",
+            "detail": f"source_empty: no files under {synthetic_vendor.drop}",
+            "failed_items": 0,
+        }
+    ]
+
+
 def test_a_failed_non_critical_step_is_a_warning_and_the_run_succeeds(
     synthetic_vendor: SyntheticVendor,
 ) -> None:
