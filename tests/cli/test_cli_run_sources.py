@@ -62,13 +62,10 @@ def test_sluice_run_fails_on_a_missing_source_and_warns_on_an_empty_one(
     engine = sa.create_engine(migrated_database_url)
     try:
         with engine.connect() as conn:
-            recorded = dict(
-                conn.execute(
-                    sa.text(
-                        "SELECT v.name, r.outcome FROM pipeline_runs r JOIN vendors v ON v.id = r.vendor_id"
-                    )
-                ).tuples()
-            )
+            rows = conn.execute(
+                sa.text("SELECT v.name, r.outcome FROM pipeline_runs r JOIN vendors v ON v.id = r.vendor_id")
+            ).all()
+            recorded = {name: outcome for name, outcome in rows}
     finally:
         engine.dispose()
     assert recorded == {"gone_vendor": "failed", "quiet_vendor": "succeeded_with_warnings"}
