@@ -10,7 +10,6 @@ offline; screenshots are kept under ``test-artifacts/``.
 from __future__ import annotations
 
 import io
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,14 +27,6 @@ ACME = REPO / "dags" / "vendors" / "acme_robotics.yaml"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 STEPS = ("ingest", "quality_pre", "transcode", "quality_post", "annotate")
 PAGE_TIMEOUT_MS = 30_000
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
-        if candidate and Path(candidate).exists():
-            return candidate
-    pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
 
 
 @pytest.fixture(scope="module")
