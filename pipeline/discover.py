@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any
@@ -36,6 +37,16 @@ class SourceMissingError(SluiceError):
     def __init__(self, root: str) -> None:
         self.root = root
         super().__init__(f"source_missing: the vendor's source folder {root} does not exist")
+
+
+class DiscoveryIssue(StrEnum):
+    """Why a discovery gives a run nothing to do. Stored as the ``code`` of a run's warning or failure entry
+    (``pipeline_runs.warnings``, a JSON list), so no column holds it and no CHECK mirrors it."""
+
+    SOURCE_MISSING = "source_missing"  # the root does not exist: the run fails
+    SOURCE_EMPTY = "source_empty"  # the root holds no file at all
+    NOTHING_SELECTED = "nothing_selected"  # files are there, but the include/exclude globs leave none
+    NOTHING_READY = "nothing_ready"  # selected files are there, but every one was passed over
 
 
 @dataclass(frozen=True)
@@ -59,10 +70,34 @@ class PassedOver:
 class Discovery:
     candidates: list[Candidate] = field(default_factory=list)
     passed_over: list[PassedOver] = field(default_factory=list)
+    #: Files under the root that the include/exclude globs left out (ready markers are not counted).
+    unselected: int = 0
 
     @property
     def total_bytes(self) -> int:
         return sum(c.size_bytes for c in self.candidates)
+
+    def emptiness(self, root: str) -> tuple[DiscoveryIssue, str] | None:
+        """Why this discovery found nothing to ingest under ``root`` (a code and a sentence naming what was
+        there instead), or None when it found candidates. A run records it as a warning: an empty drop can
+        be a quiet night, but a wrong glob or a vendor that stopped delivering must not look like one."""
+        if self.candidates:
+            return None
+        if self.passed_over:
+            why: dict[str, int] = {}
+            for over in self.passed_over:
+                why[over.why] = why.get(over.why, 0) + 1
+            counts = ", ".join(f"{n} {reason}" for reason, n in sorted(why.items()))
+            return DiscoveryIssue.NOTHING_READY, (
+                f"{DiscoveryIssue.NOTHING_READY}: none of the {len(self.passed_over)} selected file(s) under "
+                f"{root} is ready to ingest ({counts})"
+            )
+        if self.unselected:
+            return DiscoveryIssue.NOTHING_SELECTED, (
+                f"{DiscoveryIssue.NOTHING_SELECTED}: {self.unselected} file(s) under {root}, but the source's "
+                "include/exclude globs select none of them"
+            )
+        return DiscoveryIssue.SOURCE_EMPTY, f"{DiscoveryIssue.SOURCE_EMPTY}: no files under {root}"
 
 
 @lru_cache(maxsize=256)
@@ -148,6 +183,7 @@ def discover(
         if ready_marker and name == ready_marker:
             continue
         if not selected(rel, include, exclude):
+            result.unselected += 1
             continue
         info = first[full_path]
         if local:
@@ -171,9 +207,10 @@ def discover(
                 continue
         result.candidates.append(Candidate(rel, full_path, int(info["size"]), info.get("mtime")))
     log.info(
-        "discovered %d candidates (%d passed over) under %s",
+        "discovered %d candidates (%d passed over, %d not selected) under %s",
         len(result.candidates),
         len(result.passed_over),
+        result.unselected,
         root,
     )
     return result

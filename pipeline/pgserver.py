@@ -5,7 +5,11 @@ every one of them talks to a real Postgres without anyone installing a service b
 one folder (``$SLUICE_HOME/pg`` by default) and listens on 127.0.0.1 only, on a free port chosen at start.
 
 ``initdb`` and ``pg_ctl`` refuse to run as root; when the caller is root (CI is), they run as the
-``postgres`` system user, who then owns the cluster folder.
+``postgres`` system user, who then owns the cluster folder. That user must be able to walk down to it, which
+it cannot when the folder lies under one that others cannot search (``/root/...``, any ``mktemp -d``), as it
+does in containers and CI: the server's files (data folder, log) then live in a folder of the postgres
+user's own (:data:`SERVER_FOLDERS_UNDER_HOME` in its home), named in ``server-folder`` beside the cluster's
+other files and removed with them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -37,6 +42,10 @@ RUN_AS_WHEN_ROOT = "postgres"
 #: 16 concurrent test writers, Airflow's pool, Ray workers and the CLI all connect at once.
 MAX_CONNECTIONS = 300
 START_TIMEOUT_S = 60
+#: Where, in the server user's home, the server's files go when the cluster folder is out of its reach.
+SERVER_FOLDERS_UNDER_HOME = "sluice-clusters"
+#: The file beside the cluster that names that folder (absent: the server's files are in the cluster folder).
+SERVER_FOLDER_POINTER = "server-folder"
 
 
 def find_pg_bin() -> Path:
@@ -88,10 +97,25 @@ class LocalPostgres:
     def __init__(self, root: Path, *, fast: bool = False) -> None:
         self.root = root.expanduser().absolute()
         self.fast = fast
-        self.data_dir = self.root / "data"
-        self.log_file = self.root / "server.log"
         self._password_file = self.root / "password"
         self._port_file = self.root / "port"
+        self._pointer = self.root / SERVER_FOLDER_POINTER
+
+    @property
+    def server_folder(self) -> Path:
+        """The folder holding the server's own files: the cluster folder, or one the server user can reach."""
+        try:
+            return Path(self._pointer.read_text().strip())
+        except FileNotFoundError:
+            return self.root
+
+    @property
+    def data_dir(self) -> Path:
+        return self.server_folder / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.server_folder / "server.log"
 
     # -- public API ---------------------------------------------------------------------------------------
 
@@ -139,8 +163,10 @@ class LocalPostgres:
             self._port_file.unlink()
 
     def destroy(self) -> None:
-        """Stop and delete the whole cluster folder."""
+        """Stop and delete the whole cluster folder (and the server's own folder, when it is elsewhere)."""
         self.down()
+        if self.server_folder != self.root:
+            shutil.rmtree(self.server_folder, ignore_errors=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def status(self) -> ServerStatus:
@@ -189,12 +215,13 @@ class LocalPostgres:
             self._password_file.write_text(secrets.token_urlsafe(24))
             self._password_file.chmod(0o600)
         user = self._run_as
+        if user:
+            self._choose_server_folder(user)
         # initdb reads the password from a file that the server user must be able to read; it is a copy
         # that lives only while initdb runs.
-        pw_copy = self.root / ".initdb-pw"
+        pw_copy = self.server_folder / ".initdb-pw"
         pw_copy.write_text(self._password_file.read_text())
         if user:
-            self._check_reachable_by(user)
             ids = pwd.getpwnam(user)
             self.data_dir.mkdir(mode=0o700, exist_ok=True)
             os.chown(self.data_dir, ids.pw_uid, ids.pw_gid)
@@ -222,16 +249,23 @@ class LocalPostgres:
         finally:
             pw_copy.unlink(missing_ok=True)
 
-    def _check_reachable_by(self, user: str) -> None:
-        """The server user must be able to walk down to the cluster folder."""
-        probe = subprocess.run(
-            ["runuser", "-u", user, "--", "test", "-x", str(self.root)], capture_output=True, check=False
-        )
-        if probe.returncode != 0:
+    def _choose_server_folder(self, user: str) -> None:
+        """Keep the server's files in the cluster folder when ``user`` can walk down to it; else in a new
+        folder of its own under its home, named in :data:`SERVER_FOLDER_POINTER`."""
+        if self._pointer.exists() or _reachable_by(user, self.root):
+            return
+        ids = pwd.getpwnam(user)
+        parent = Path(ids.pw_dir) / SERVER_FOLDERS_UNDER_HOME
+        if not _reachable_by(user, Path(ids.pw_dir)):
             raise DatabaseError(
-                f"the {user!r} user cannot reach {self.root} (a parent folder is not searchable by others); "
-                "choose a SLUICE_HOME under a world-searchable folder"
+                f"the {user!r} user can reach neither {self.root} (a parent folder is not searchable by "
+                f"others) nor its home {ids.pw_dir}; choose a SLUICE_HOME under a world-searchable folder"
             )
+        parent.mkdir(mode=0o755, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="cluster-", dir=parent))
+        os.chown(folder, ids.pw_uid, ids.pw_gid)  # 0700, the server user's: nobody else reads its log
+        self._pointer.write_text(f"{folder}\n")
+        log.info("%s cannot reach %s: the server's files go to %s", user, self.root, folder)
 
     def _run_pg(self, tool: str, args: Sequence[str]) -> None:
         cmd = [str(find_pg_bin() / tool), *args]
@@ -301,6 +335,14 @@ class LocalPostgres:
                     cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         finally:
             conn.close()
+
+
+def _reachable_by(user: str, folder: Path) -> bool:
+    """Whether ``user`` can walk down to (search) ``folder``."""
+    probe = subprocess.run(
+        ["runuser", "-u", user, "--", "test", "-x", str(folder)], capture_output=True, check=False, cwd="/"
+    )
+    return probe.returncode == 0
 
 
 def local_cluster(settings: Settings) -> LocalPostgres:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.discover import Discovery, discover
@@ -33,8 +34,11 @@ class IngestReport:
     discovered: int
     discovered_bytes: int
     passed_over: list[dict[str, str]] = field(default_factory=list)
+    unselected: int = 0  # files under the root that the include/exclude globs left out
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     states: dict[str, int] = field(default_factory=dict)
+    #: Why there was nothing to ingest (``source_empty: ...``; see ``Discovery.emptiness``), else empty.
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -42,16 +46,19 @@ class IngestReport:
             "discovered": self.discovered,
             "discovered_bytes": self.discovered_bytes,
             "passed_over": self.passed_over,
+            "unselected": self.unselected,
             "steps": self.steps,
             "states": self.states,
+            "warnings": self.warnings,
         }
 
 
-def discover_vendor(vendor: VendorConfig, ctx: StepContext, *, settle_s: float | None = None) -> Discovery:
-    """The vendor's finished files, by its globs, inside its root."""
+def discover_vendor(vendor: VendorConfig, project_dir: Path, *, settle_s: float | None = None) -> Discovery:
+    """The vendor's finished files, by its globs, inside its root (relative roots resolve against
+    ``project_dir``)."""
     import fsspec
 
-    url = vendor.source_url(ctx.settings.project_dir_abs)
+    url = vendor.source_url(project_dir)
     fs, root = fsspec.core.url_to_fs(url, **dict(vendor.source.storage_options))
     return discover(
         fs,
@@ -74,19 +81,27 @@ def ingest_vendor(
 ) -> IngestReport:
     """Discover, ingest and (unless ``gate`` is False) pre-gate every ready file of a vendor.
 
+    A source root that does not exist raises :class:`~pipeline.discover.SourceMissingError`; one that gives
+    nothing to ingest is named in the report's ``warnings``.
+
     Safe to run again (files already done are skipped) and to run twice at once (registration is
     serialised per vendor in the catalog). Raises :class:`pipeline.steps.runner.StepFailedError` when some
     items hit infrastructure faults; the others are recorded and a re-run continues with the rest.
     """
     from pipeline.steps.registry import step_class
 
-    found = discover_vendor(vendor, ctx, settle_s=settle_s)
+    found = discover_vendor(vendor, ctx.settings.project_dir_abs, settle_s=settle_s)
+    empty = found.emptiness(vendor.source_url(ctx.settings.project_dir_abs))
     report = IngestReport(
         vendor=vendor.name,
         discovered=len(found.candidates),
         discovered_bytes=found.total_bytes,
         passed_over=[{"path": p.path, "why": p.why, "detail": p.detail} for p in found.passed_over],
+        unselected=found.unselected,
+        warnings=[] if empty is None else [empty[1]],
     )
+    if empty is not None:
+        log.warning("%s: %s", vendor.name, empty[1])
     for over in found.passed_over:
         log.warning(
             "%s: passed over %r (%s): %s", vendor.name, catalog_path(over.path), over.why, over.detail

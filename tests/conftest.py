@@ -62,3 +62,12 @@ def corpus_dir() -> Path:
     if not CORPUS.is_dir():
         pytest.fail(f"shared corpus not found at {CORPUS}")
     return CORPUS
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium (``make test`` installs it when missing); the browser tests skip without it."""
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")

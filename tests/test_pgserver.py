@@ -63,6 +63,35 @@ def test_lifecycle_up_is_idempotent_and_down_stops() -> None:
     assert not (base / "pg").exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the server to another user")
+def test_a_cluster_under_a_private_folder_runs_as_root(tmp_path: Path) -> None:
+    """As containers and CI run: root, SLUICE_HOME under a folder others cannot search (mkdtemp is 0700)."""
+    private = Path(tempfile.mkdtemp(prefix="sluice-pg-private-"))
+    assert private.stat().st_mode & 0o777 == 0o700
+    cluster = LocalPostgres(private / "home" / "pg", fast=True)
+    try:
+        url = cluster.up()
+        engine = sa.create_engine(url)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT 1")).scalar() == 1
+        engine.dispose()
+        # the server's files are where the postgres user can reach them, and only there
+        server = cluster.server_folder
+        assert server != cluster.root and not server.is_relative_to(private)
+        assert (server / "data" / "PG_VERSION").exists() and not (cluster.root / "data").exists()
+        assert server.stat().st_mode & 0o777 == 0o700 and server.stat().st_uid != 0
+        cluster.down()
+        # another process (a later `sluice db up`) finds the same server folder and data
+        again = LocalPostgres(private / "home" / "pg", fast=True)
+        assert again.data_dir == server / "data"
+        again.up()
+        assert again.status().running
+    finally:
+        cluster.destroy()
+        shutil.rmtree(private, ignore_errors=True)
+    assert not server.exists()
+
+
 def test_external_database_url_starts_nothing(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home", database_url="postgresql+psycopg2://u:p@db.example:5432/x")
     assert database_url(settings) == "postgresql+psycopg2://u:p@db.example:5432/x"

@@ -38,3 +38,16 @@ class CatalogMissingError(SluiceError, LookupError):
 
 class RoleSetupError(DatabaseError):
     """The catalog roles cannot be created or granted with the given admin connection."""
+
+
+class CatalogNotMigratedError(SluiceError):
+    """The catalog's schema is not at the revision this code needs (never migrated, or behind). Not an
+    infrastructure fault: retrying cannot help, migrating does."""
+
+    def __init__(self, where: str, revision: str | None, head: str) -> None:
+        self.revision = revision
+        self.head = head
+        state = "was never migrated" if revision is None else f"is at revision {revision}"
+        super().__init__(
+            f"the catalog at {where} {state}; this code needs revision {head}: run `sluice db migrate`"
+        )

@@ -9,12 +9,28 @@ from sqlalchemy.orm import Session, aliased
 
 from pipeline.catalog.models import Blob, CheckResult, Episode, SourceFile, Vendor
 from pipeline.enums import CheckStatus, FileState
+from pipeline.errors import UnknownChoiceError
+
+
+def require_vendor(session: Session, name: str) -> None:
+    """Raise :class:`~pipeline.errors.UnknownChoiceError` naming the recorded vendors unless ``name`` is one:
+    a filter on a misspelt vendor must not answer with an empty, successful listing."""
+    known = set(session.execute(select(Vendor.name)).scalars())
+    if name not in known:
+        raise UnknownChoiceError("vendor", name, known or ["(no vendor recorded yet)"])
 
 
 def list_files(
     session: Session, *, state: FileState | str | None = None, vendor: str | None = None
 ) -> list[dict[str, Any]]:
-    """One record per source file: path, vendor, sha256, state, reasons, duplicate_of (its path), detail."""
+    """One record per source file: path, vendor, sha256, state, reasons, duplicate_of (its path), detail.
+
+    An unknown ``state`` or ``vendor`` raises :class:`~pipeline.errors.UnknownChoiceError`.
+    """
+    if state is not None and state not in {s.value for s in FileState}:
+        raise UnknownChoiceError("file state", state, [s.value for s in FileState])
+    if vendor is not None:
+        require_vendor(session, vendor)
     original = aliased(Episode)
     original_file = aliased(SourceFile)
     stmt = (

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import case, func, null, select, update
+from sqlalchemy import case, func, null, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -64,9 +64,50 @@ def start_pipeline_run(
             "config_hash": new.config_hash,
             "outcome": RunOutcome.RUNNING.value,
             "ended_at": None,
+            # A re-run starts over: its tasks record their notes again and finalize its outcome.
+            "warnings": text("'[]'::jsonb"),
         },
     ).returning(PipelineRun.id)
     return session.execute(stmt).scalar_one()
+
+
+#: The key that marks an entry of ``pipeline_runs.warnings`` as a note a run-level task recorded while the
+#: run was going (e.g. discover's ``source_empty``), as opposed to one finalize derived from task states.
+NOTE_CODE_KEY = "code"
+
+
+def record_run_notes(
+    session: Session, pipeline_run_id: int, step: str, notes: Sequence[Mapping[str, Any]]
+) -> None:
+    """Replace the notes ``step`` recorded on the run with ``notes`` (each ``{"step", "critical", "code",
+    "detail"}``); finalize keeps them beside the entries it derives. Row-locked, so a retry of the task
+    replaces its own notes instead of adding to them."""
+    for note in notes:
+        if note.get("step") != step or NOTE_CODE_KEY not in note:
+            raise CatalogValueError(
+                "run note", dict(note), f"an entry of step {step!r} with a {NOTE_CODE_KEY!r}"
+            )
+    current = session.execute(
+        select(PipelineRun.warnings).where(PipelineRun.id == pipeline_run_id).with_for_update()
+    ).scalar_one_or_none()
+    if current is None:
+        raise CatalogMissingError("pipeline run", pipeline_run_id)
+    kept = [e for e in current if not (NOTE_CODE_KEY in e and e.get("step") == step)]
+    session.execute(
+        update(table_of(PipelineRun))
+        .where(PipelineRun.id == pipeline_run_id)
+        .values(warnings=[*kept, *(dict(n) for n in notes)])
+    )
+
+
+def run_notes(session: Session, pipeline_run_id: int) -> list[dict[str, Any]]:
+    """The notes run-level tasks recorded on the run (see :func:`record_run_notes`)."""
+    current = session.execute(
+        select(PipelineRun.warnings).where(PipelineRun.id == pipeline_run_id)
+    ).scalar_one_or_none()
+    if current is None:
+        raise CatalogMissingError("pipeline run", pipeline_run_id)
+    return [dict(e) for e in current if isinstance(e, dict) and NOTE_CODE_KEY in e]
 
 
 def finish_pipeline_run(

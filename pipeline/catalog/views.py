@@ -406,7 +406,7 @@ class VersionSummary:
     spec_hash: str
     created_at: datetime
     row_count: int  # rows of its manifest (episodes in all splits when no manifest is recorded)
-    split_counts: dict[str, int]  # episodes per split
+    split_episodes: dict[str, int]  # episodes per split (a video episode is several manifest rows)
     manifests: list[dict[str, Any]]  # format, uri, sha256, size_bytes, row_count
 
     @property
@@ -458,7 +458,7 @@ def dataset_versions(session: Session, *, limit: int = DEFAULT_VERSION_LIMIT) ->
                 spec_hash=r.spec_hash,
                 created_at=r.created_at,
                 row_count=files[0]["row_count"] if files else sum(counts.values()),
-                split_counts=counts,
+                split_episodes=counts,
                 manifests=files,
             )
         )

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any
 
 import typer
+from typer.core import TyperGroup, TyperOption
 
 from pipeline.errors import SluiceError
 
@@ -40,7 +42,13 @@ COMMAND_GROUPS: dict[str, str] = {
     "run": "pipeline.cli.run",
 }
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sluice: robot-learning data platform.")
+# Markdown: the help texts are docstrings, whose ``code`` spans render as code instead of literal backticks.
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+    help="Sluice: robot-learning data platform.",
+)
 
 
 @app.callback()
@@ -58,12 +66,54 @@ for _name, _module_name in COMMAND_GROUPS.items():
         app.command(_name)(_module.command)
 
 
-def main() -> None:
-    """Console-script entry point: product errors print as one clean message and exit 2."""
-    from rich.console import Console
+def cli_command() -> Any:
+    """The command ``sluice`` runs (typer's click command; typer vendors click, hence ``Any``): the typer
+    app, with flags shown without a value type (typer labels every on/off flag ``<bool>``, though a flag
+    takes no value)."""
+    command = typer.main.get_command(app)
+    pending = [command]
+    while pending:
+        current = pending.pop()
+        # The --help option is made on first use and cached: make it now, to relabel it too.
+        help_option = current.get_help_option(current.context_class(current))
+        for param in [*current.params, *([help_option] if help_option is not None else [])]:
+            if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+                param.metavar = ""
+        if isinstance(current, TyperGroup):
+            pending += list(current.commands.values())
+    return command
 
+
+def main() -> None:
+    """Console-script entry point: product errors, and faults whose cause is known (a catalog never
+    migrated), print as one clean message and exit 2; anything else is a bug and keeps its traceback."""
     try:
-        app()
+        cli_command()(prog_name="sluice")
     except SluiceError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
-        raise SystemExit(2) from None
+        _fail(str(exc))
+    except Exception as exc:
+        explained = explain(exc)
+        if explained is None:
+            raise
+        _fail(explained)
+
+
+#: Postgres's SQLSTATE for "relation does not exist".
+UNDEFINED_TABLE = "42P01"
+
+
+def explain(exc: BaseException) -> str | None:
+    """What a user should read instead of the traceback of ``exc``, when its cause is known."""
+    orig = getattr(exc, "orig", None)
+    if getattr(orig, "pgcode", None) == UNDEFINED_TABLE:
+        first = str(orig).strip().splitlines()[0]
+        return f"the catalog lacks a table ({first}): it was never migrated; run `sluice db migrate`"
+    return None
+
+
+def _fail(message: str) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True, soft_wrap=True).print(Text.assemble(("error: ", "bold red"), message))
+    raise SystemExit(2) from None

@@ -120,18 +120,16 @@ def pools(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print the pools.")] = False,
 ) -> None:
     """Create or update the Airflow pools the vendor files declare (the largest size wins)."""
-    from rich.console import Console
-    from rich.table import Table
+    from pipeline.cli._common import console, print_table
 
     airflow, settings = _local()
     wanted = _vendor_pools(settings)
-    table = Table(title="Airflow pools from the vendor files")
-    table.add_column("pool")
-    table.add_column("slots", justify="right")
-    table.add_column("description")
-    for name, spec in wanted.items():
-        table.add_row(name, str(spec.slots), spec.description)
-    Console().print(table)
+    print_table(
+        "Airflow pools from the vendor files",
+        [{"pool": n, "slots": spec.slots, "description": spec.description} for n, spec in wanted.items()],
+        ["pool", "slots", "description"],
+        justify_right=["slots"],
+    )
     if not dry_run:
         airflow.set_pools(wanted)
-        Console().print(f"{len(wanted)} pool(s) set in {airflow.metadata_url.split('://')[0]} metadata DB")
+        console.print(f"{len(wanted)} pool(s) set in {airflow.metadata_url.split('://')[0]} metadata DB")

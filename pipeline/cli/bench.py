@@ -30,9 +30,6 @@ def command(
     """Run a benchmark against its reference in the same run and write the results as JSON."""
     if name not in BENCHMARKS:
         raise UnknownChoiceError("benchmark", name, BENCHMARKS)
-    from rich.console import Console
-    from rich.table import Table
-
     from pipeline.settings import load_settings
 
     try:
@@ -52,13 +49,18 @@ def command(
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
-    table = Table(title=f"sluice bench {name}")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key, value in results.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    from pipeline.cli._common import print_table
+
+    print_table(
+        f"sluice bench {name}",
+        [
+            {"figure": key, "value": f"{value:.4g}" if isinstance(value, float) else str(value)}
+            for key, value in results.items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        ],
+        ["figure", "value"],
+        justify_right=["value"],
+    )
 
 
 def _cpus() -> int:

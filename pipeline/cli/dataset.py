@@ -10,14 +10,27 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from pipeline.cli._common import console, print_table, warn
+from pipeline.enums import Split
 
 app = typer.Typer(no_args_is_help=True, help="Build and inspect versioned datasets from the warehouse.")
 warehouse_app = typer.Typer(
     no_args_is_help=True, help="The DuckDB warehouse: a columnar copy of the catalog."
 )
-console = Console()
+
+
+SPLITS = tuple(s.value for s in Split)
+
+
+def split_summary(version: Any) -> str:
+    """One line saying what the counts count: episodes per split, then manifest rows (per split when the
+    version recorded them); a video episode is one row per clip, so the two differ."""
+    episodes = ", ".join(f"{s} {version.split_episodes.get(s, 0)}" for s in SPLITS)
+    rows = f"{version.row_count} manifest rows"
+    if version.split_rows is not None:
+        rows += " (" + ", ".join(f"{s} {version.split_rows.get(s, 0)}" for s in SPLITS) + ")"
+    return f"episodes per split: {episodes}; {rows}"
 
 
 def _catalog() -> tuple[Any, Any]:
@@ -44,14 +57,21 @@ def _sync(full: bool, as_json: bool) -> None:
     if as_json:
         _print_json(report.as_dict())
         return
-    table = Table(
-        "table", "mode", "moved", "deleted", "rows", title=f"warehouse sync → {report.warehouse_path}"
+    print_table(
+        f"warehouse sync → {report.warehouse_path}",
+        [
+            {
+                "table": e.table,
+                "mode": e.mode,
+                "moved": e.rows_moved,
+                "deleted": e.rows_deleted,
+                "rows": e.rows_total,
+            }
+            for e in report.tables
+        ],
+        ["table", "mode", "moved", "deleted", "rows"],
+        justify_right=["moved", "deleted", "rows"],
     )
-    for entry in report.tables:
-        table.add_row(
-            entry.table, entry.mode, str(entry.rows_moved), str(entry.rows_deleted), str(entry.rows_total)
-        )
-    console.print(table)
     console.print(f"{report.rows_moved} row(s) moved in {report.duration_s:.2f} s", highlight=False)
 
 
@@ -104,7 +124,9 @@ def build(
         _print_json(version.as_dict())
         return
     verb = "built" if version.created else "unchanged, kept"
-    console.print(f"{verb} [bold]{version.ref}[/]: {version.row_count} rows {version.split_counts}")
+    console.print(f"{verb} [bold]{version.ref}[/]: {split_summary(version)}")
+    for warning in version.warnings:
+        warn(warning)
     console.print(f"manifest {version.manifest_uri}\nsha256   {version.manifest_sha256}", highlight=False)
     dropped = {k: n for k, n in version.counts.items() if k not in ("matched", "rows") and n}
     if dropped:
@@ -129,13 +151,27 @@ def list_command(
     if as_json:
         _print_json([v.as_dict() for v in versions])
         return
-    table = Table("version", "created", "rows", "train", "val", "eval", "manifest sha256")
+    rows = []
     for v in versions:
-        s = v.split_counts
-        created = v.created_at.strftime("%Y-%m-%d %H:%M") if v.created_at else ""
-        sha = (v.manifest_sha256 or "")[:16]
-        table.add_row(v.ref, created, str(v.row_count), str(s["train"]), str(s["val"]), str(s["eval"]), sha)
-    console.print(table)
+        row: dict[str, Any] = {
+            "version": v.ref,
+            "created": v.created_at.strftime("%Y-%m-%d %H:%M") if v.created_at else "",
+            "manifest rows": v.row_count,
+            "manifest sha256": (v.manifest_sha256 or "")[:16],
+        }
+        for split in SPLITS:
+            row[f"{split} episodes"] = v.split_episodes.get(split, 0)
+        rows.append(row)
+    episodes = [f"{split} episodes" for split in SPLITS]
+    print_table(
+        "dataset versions (a video episode is one manifest row per clip)",
+        rows,
+        ["version", "created", *episodes, "manifest rows", "manifest sha256"],
+        justify_right=[*episodes, "manifest rows"],
+    )
+    for v in versions:
+        for warning in v.warnings:
+            warn(f"{v.ref}: {warning}")
 
 
 @app.command()
@@ -158,10 +194,11 @@ def show(
         _print_json(found.as_dict())
         return
     console.print(f"[bold]{found.ref}[/] (id {found.id}, created {found.created_at})")
+    console.print(split_summary(found))
+    for warning in found.warnings:
+        warn(warning)
     for key in (
         "spec_hash",
-        "row_count",
-        "split_counts",
         "manifest_uri",
         "manifest_sha256",
         "parquet_uri",
@@ -192,11 +229,20 @@ def diff(
     if as_json:
         _print_json(result.as_dict())
         return
-    table = Table(f"split in {result.a}", f"split in {result.b}", "episodes", "e.g.")
-    for row in result.as_dict()["transitions"]:
-        examples = ", ".join(str(e) for e in row["examples"][:5])
-        table.add_row(row["split_a"] or "—", row["split_b"] or "—", str(row["episodes"]), examples)
-    console.print(table)
+    print_table(
+        f"episodes of {result.a} and {result.b}, by split",
+        [
+            {
+                f"split in {result.a}": row["split_a"] or "—",
+                f"split in {result.b}": row["split_b"] or "—",
+                "episodes": row["episodes"],
+                "e.g.": ", ".join(str(e) for e in row["examples"][:5]),
+            }
+            for row in result.as_dict()["transitions"]
+        ],
+        [f"split in {result.a}", f"split in {result.b}", "episodes", "e.g."],
+        justify_right=["episodes"],
+    )
     console.print(
         f"only in {result.a}: {result.only_in_a}; only in {result.b}: {result.only_in_b}; "
         f"moved: {result.moved}; unchanged: {result.unchanged}",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pipeline.cli._common import console, print_table
+from pipeline.cli._common import console, print_table, warn
 
 if TYPE_CHECKING:
     from pipeline.orchestrate.platform import Platform
@@ -166,10 +166,13 @@ def _dataset(settings: Any) -> None:
     ctx = build_context(settings)  # the DAG runs' warehouse_sync tasks brought the warehouse up to date
     spec = load_spec(settings.project_dir_abs / "dags" / "datasets" / "demo_accepted.yaml")
     version = build(spec, engine=ctx.engine, warehouse_path=settings.warehouse_path, store=ctx.store)
+    from pipeline.cli.dataset import split_summary
+
     console.print(
-        f"[green]✓[/] dataset {version.ref}: {version.row_count} rows, splits {version.split_counts}, "
-        f"manifest {version.manifest_uri}"
+        f"[green]✓[/] dataset {version.ref}: {split_summary(version)}; manifest {version.manifest_uri}"
     )
+    for warning in version.warnings:
+        warn(warning)
     if version.manifest_uri and version.row_count:
         manifest = open_manifest(
             version.manifest_uri,

@@ -5,15 +5,14 @@ from __future__ import annotations
 import typer
 
 from pipeline.cli._common import context, print_json, print_table
+from pipeline.enums import FileState
 
 app = typer.Typer(no_args_is_help=True, help="Source files and the state each ended in.")
 
 
 @app.command("list")
 def list_(
-    state: str = typer.Option(
-        None, help="Only this state (accepted, accepted_with_flags, quarantined, ...)."
-    ),
+    state: FileState = typer.Option(None, help="Only files in this state."),
     vendor: str = typer.Option(None, help="Only this vendor."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records."),
 ) -> None:

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import typer
 
-from pipeline.cli._common import console, print_json
+from pipeline.cli._common import console, error_console, print_json, vendor_file_argument, warn
 
 
 def command(
-    path: Path = typer.Argument(None, help="An ad-hoc folder to ingest under a generic contract."),
+    path: Path = typer.Argument(
+        None, help="An ad-hoc folder to ingest under a generic contract, or a vendor file (*.yaml)."
+    ),
     vendor_file: Path = typer.Option(None, "--vendor", help="A vendor config file (dags/vendors/*.yaml)."),
     kind: str = typer.Option(None, "--kind", help="mcap or video (with PATH)."),
     include: list[str] = typer.Option(
@@ -23,10 +25,12 @@ def command(
     gate: bool = typer.Option(True, help="Run the quality pre-gate after landing."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Ingest a vendor (``--vendor FILE``) or an ad-hoc folder (``PATH --kind mcap|video``)."""
+    """Ingest a vendor (`--vendor FILE`, or the file as PATH) or an ad-hoc folder (`PATH --kind mcap|video`)."""
     from pipeline.config import generic_vendor, load_vendor
     from pipeline.vendor_ingest import ingest_vendor
 
+    if vendor_file is None and path is not None and vendor_file_argument(path):
+        path, vendor_file = None, path
     if (vendor_file is None) == (path is None):
         raise typer.BadParameter("give either --vendor FILE or PATH --kind KIND")
     if vendor_file is not None:
@@ -42,23 +46,32 @@ def command(
     from pipeline.cli._common import context
 
     ctx = context()
-    with console.status(f"ingesting {vendor.name}…"):
+    # Progress goes to stderr, so that stdout holds only the report (--json stays parseable).
+    with error_console.status(f"ingesting {vendor.name}…"):
         report = ingest_vendor(
             vendor,
             ctx,
             executor=executor,
             settle_s=settle_s,
             gate=gate,
-            on_step=lambda name, s: console.log(
+            on_step=lambda name, s: error_console.print(
                 f"{name}: {s.succeeded} ok, {s.rejected} rejected, {s.skipped} already done, {s.failed} failed"
             ),
         )
+    for warning in report.warnings:
+        warn(warning)
     if as_json:
         print_json(report.as_dict())
         return
     console.print(
-        f"[bold]{vendor.name}[/]: {report.discovered} files ({report.discovered_bytes / 1e6:.1f} MB) discovered"
+        f"[bold]{vendor.name}[/]: {report.discovered} files ({report.discovered_bytes / 1e6:.1f} MB) discovered",
+        highlight=False,
     )
+    if report.unselected:
+        console.print(
+            f"  {report.unselected} other file(s) left out by the include/exclude globs", highlight=False
+        )
     for over in report.passed_over:
-        console.print(f"  passed over {over['path']!r}: {over['why']} ({over['detail']})")
-    console.print("see them with `sluice files list` and `sluice quarantine list`")
+        console.print(f"  passed over {over['path']!r}: {over['why']} ({over['detail']})", highlight=False)
+    if report.discovered:
+        console.print("see them with `sluice files list` and `sluice quarantine list`")

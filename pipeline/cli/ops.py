@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,8 +28,13 @@ app.add_typer(sweep_app, name="sweep")
 
 #: Where the Ansible preflight role puts the node's ops config.
 DEFAULT_CONFIG = Path("/etc/sluice/ops.yaml")
+#: The example shipped with the repository (an 8-GPU node), relative to the project root.
+EXAMPLE_CONFIG = Path("docs/examples/ops.yaml")
 
-ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="The node's ops YAML file.")]
+ConfigOption = Annotated[
+    Path,
+    typer.Option("--config", "-c", help=f"The node's ops YAML file (example: {EXAMPLE_CONFIG}, commented)."),
+]
 NodeOption = Annotated[
     str | None, typer.Option("--node", help="Slurm node name of this host (default: the short host name).")
 ]
@@ -46,10 +51,10 @@ def preflight(
     ] = False,
 ) -> None:
     """Check this node (GPUs, ECC since boot, Xid since boot, disk, container runtimes); exit 1 if unhealthy."""
-    from pipeline.ops import evaluate, load_ops_config
+    from pipeline.ops import evaluate
     from pipeline.ops.runners import collect_inputs, drain_node, local_node_name
 
-    ops = load_ops_config(config)
+    ops = _load(config)
     name = node or local_node_name()
     report = evaluate(name, collect_inputs(ops.preflight), ops.preflight)
     if as_json:
@@ -68,10 +73,10 @@ def sweep_nodes(
     config: ConfigOption = DEFAULT_CONFIG, node: NodeOption = None, dry_run: DryRunOption = False
 ) -> None:
     """Resume this node if it is drained for a transient reason and passes preflight now."""
-    from pipeline.ops import apply, evaluate, load_ops_config, plan_node_resumes
+    from pipeline.ops import apply, evaluate, plan_node_resumes
     from pipeline.ops.runners import collect_inputs, local_node_name, read_nodes, run_command
 
-    ops = load_ops_config(config)
+    ops = _load(config)
     name = node or local_node_name()
     nodes = read_nodes(node=name)
     health = {}
@@ -83,15 +88,35 @@ def sweep_nodes(
 @sweep_app.command("reservations")
 def sweep_reservations(config: ConfigOption = DEFAULT_CONFIG, dry_run: DryRunOption = False) -> None:
     """Release the controller's reservations that have ended or whose nodes are all gone."""
-    from pipeline.ops import apply, load_ops_config, plan_reservation_releases
+    from pipeline.ops import apply, plan_reservation_releases
     from pipeline.ops.runners import read_nodes, read_reservations, run_command
 
-    ops = load_ops_config(config)
+    ops = _load(config)
     reservations = read_reservations()
     existing = [n.name for n in read_nodes()]
     # scontrol prints the controller's local time without a zone; the sweep runs on the controller.
     decisions = plan_reservation_releases(reservations, existing, ops.sweep, datetime.now())
     _finish(apply(decisions, run_command, dry_run=dry_run))
+
+
+def _load(config: Path) -> Any:
+    """The ops config at ``config``; a missing file is a :class:`ConfigError` that says where one comes from."""
+    from pipeline.errors import ConfigError
+    from pipeline.ops import load_ops_config
+
+    if not config.exists():
+        raise ConfigError(
+            str(config),
+            [
+                (
+                    "",
+                    f"no ops config here. On a cluster the Ansible preflight role renders {DEFAULT_CONFIG}; "
+                    f"on one machine copy the commented example {EXAMPLE_CONFIG} there, or pass it with "
+                    "--config",
+                )
+            ],
+        )
+    return load_ops_config(config)
 
 
 def _finish(outcomes: list[Outcome]) -> None:

@@ -1,4 +1,4 @@
-"""``sluice plan VENDOR``: how a run of the vendor would be batched now (nothing is recorded).
+"""``sluice plan VENDOR`` (or ``--vendor FILE``): how a run of the vendor would be batched now (nothing is recorded).
 
 Discovers the vendor's ready files as a run would, plans them with the vendor's limits and caps, and prints
 the batches (files, bytes, start offset) and the planner's figures. Recorded plans are in the catalog's
@@ -16,38 +16,39 @@ import typer
 
 def command(
     vendor: Annotated[
-        str, typer.Argument(help="Vendor name (a file in the vendors folder) or a vendor file.")
-    ],
+        str | None, typer.Argument(help="Vendor name (a file in the vendors folder) or a vendor file.")
+    ] = None,
+    vendor_file: Annotated[
+        Path | None, typer.Option("--vendor", help="A vendor file, as `sluice ingest --vendor` takes.")
+    ] = None,
     settle: Annotated[
         bool, typer.Option("--settle/--no-settle", help="Wait settle_s to see which files are finished.")
     ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Show how the vendor's current drop would be split into batches."""
-    import fsspec
-    from rich.console import Console
-    from rich.table import Table
-
+    from pipeline.cli._common import console, print_table, warn
     from pipeline.config import load_vendor
-    from pipeline.discover import discover
     from pipeline.orchestrate import PlannedFile, make_plan
     from pipeline.orchestrate.vendors import vendors_folder
     from pipeline.settings import load_settings
+    from pipeline.vendor_ingest import discover_vendor
 
+    if (vendor is None) == (vendor_file is None):
+        raise typer.BadParameter("give a vendor (a name or a file) or --vendor FILE, not both")
     settings = load_settings()
-    folder = vendors_folder(settings)
-    path = Path(vendor) if vendor.endswith((".yaml", ".yml")) else folder / f"{vendor}.yaml"
+    if vendor_file is not None:
+        path = vendor_file
+    elif vendor is not None and vendor.endswith((".yaml", ".yml")):
+        path = Path(vendor)
+    else:
+        path = vendors_folder(settings) / f"{vendor}.yaml"
     config = load_vendor(path, base_dir=settings.project_dir_abs)
     url = config.source_url(settings.project_dir_abs)
-    fs, root = fsspec.core.url_to_fs(url, **dict(config.source.storage_options))
-    found = discover(
-        fs,
-        root,
-        include=config.source.include,
-        exclude=config.source.exclude,
-        ready_marker=config.source.ready_marker,
-        settle_s=config.source.settle_s if settle else 0.0,
-    )
+    found = discover_vendor(config, settings.project_dir_abs, settle_s=None if settle else 0.0)
+    empty = found.emptiness(url)
+    if empty is not None:
+        warn(f"{empty[1]}; a run now would end succeeded_with_warnings and process nothing")
     planned = make_plan(config, [PlannedFile(c.path, c.size_bytes) for c in found.candidates])
     if as_json:
         batches = [
@@ -57,22 +58,35 @@ def command(
         ]  # fmt: skip
         typer.echo(
             json.dumps(
-                {"vendor": config.name, "source": url, "batches": batches, **planned.figures}, indent=2
+                {
+                    "vendor": config.name,
+                    "source": url,
+                    "batches": batches,
+                    "warnings": [] if empty is None else [empty[1]],
+                    **planned.figures,
+                },
+                indent=2,
             )
         )
         return
-    console = Console()
     console.print(
-        f"{config.name}: {len(found.candidates)} ready file(s) under {url}, {len(found.passed_over)} passed over"
+        f"{config.name}: {len(found.candidates)} ready file(s) under {url}, {len(found.passed_over)} passed "
+        f"over, {found.unselected} left out by the globs"
     )
-    table = Table(title=f"plan: {len(planned.batches)} batch(es)")
-    for column in ("batch", "files", "bytes", "start offset s"):
-        table.add_column(column, justify="right")
-    for batch in planned.batches:
-        table.add_row(
-            str(batch.index), str(len(batch.files)), f"{batch.planned_bytes:,}", f"{batch.start_offset_s:g}"
-        )
-    console.print(table)
+    print_table(
+        f"plan: {len(planned.batches)} batch(es)",
+        [
+            {
+                "batch": b.index,
+                "files": len(b.files),
+                "bytes": f"{b.planned_bytes:,}",
+                "start offset s": f"{b.start_offset_s:g}",
+            }
+            for b in planned.batches
+        ],
+        ["batch", "files", "bytes", "start offset s"],
+        justify_right=["batch", "files", "bytes", "start offset s"],
+    )
     for key in (
         "objective",
         "imbalance",

@@ -32,9 +32,6 @@ def command(
     warehouse: Path = typer.Option(None, "--warehouse", help="Warehouse file (default: SLUICE_HOME's)."),
 ) -> None:
     """Run read-only SQL over the warehouse: the sandbox refuses writes, files and extensions."""
-    from rich.console import Console
-    from rich.table import Table
-
     from pipeline.settings import load_settings
     from pipeline.warehouse.query import run_query
 
@@ -45,10 +42,8 @@ def command(
     if as_json:
         typer.echo(json.dumps(rows, default=str, ensure_ascii=False))
         return
-    console = Console()
-    table = Table(*result.table.column_names, show_lines=False)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row.values()))
-    console.print(table)
+    from pipeline.cli._common import console, print_table
+
+    print_table(None, rows, list(result.table.column_names))
     more = " (more rows matched: raise --max-rows)" if result.truncated else ""
     console.print(f"{len(rows)} row(s) in {result.duration_s:.3f} s{more}", highlight=False)

@@ -29,8 +29,11 @@ def command(
 def gather(sources: Any, *, runs: int, vendor: str | None) -> dict[str, Any]:
     """The status as plain data (what ``--json`` prints)."""
     from pipeline.catalog import views
+    from pipeline.catalog.queries import require_vendor
 
     with sources.session() as session:
+        if vendor is not None:
+            require_vendor(session, vendor)
         latest = views.latest_runs(session, limit=runs, vendor=vendor)
         reasons = views.quarantine_reasons(session, vendor=vendor)
         failed = views.step_problems(session, limit=20)

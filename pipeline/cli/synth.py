@@ -29,9 +29,9 @@ def _default_jobs() -> int:
 
 
 def _run(kind: str, out: Path, values: dict[str, object], jobs: int) -> None:
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pipeline.cli._common import make_console
     from pipeline.synth import (
         RobotDropConfig,
         VideoDropConfig,
@@ -40,7 +40,7 @@ def _run(kind: str, out: Path, values: dict[str, object], jobs: int) -> None:
         make_video_drop,
     )
 
-    console = Console()
+    console = make_console()
     robot_config = video_config = None
     if kind == "robot":
         robot_config = build_config(RobotDropConfig, "sluice synth robot", **values)
@@ -67,19 +67,27 @@ def _run(kind: str, out: Path, values: dict[str, object], jobs: int) -> None:
 
 
 def _print(console: Console, out: Path, manifest: DropManifest) -> None:
-    from rich.table import Table
+    from pipeline.cli._common import print_table
 
-    table = Table(title=f"{manifest.generator} -> {out}")
-    table.add_column("file", overflow="fold")
-    table.add_column("bytes", justify="right")
-    table.add_column("defect")
-    table.add_column("expected")
+    rows = []
     for made in manifest.files:
         expected = made.expected_state.value
         if made.expected_reasons:
             expected += f" ({', '.join(r.value for r in made.expected_reasons)})"
-        table.add_row(made.path, f"{made.size_bytes:,}", made.defect or "-", expected)
-    console.print(table)
+        rows.append(
+            {
+                "file": made.path,
+                "bytes": f"{made.size_bytes:,}",
+                "defect": made.defect or "-",
+                "expected": expected,
+            }
+        )
+    print_table(
+        f"{manifest.generator} -> {out}",
+        rows,
+        ["file", "bytes", "defect", "expected"],
+        justify_right=["bytes"],
+    )
     console.print(
         f"{len(manifest.files)} files, {manifest.total_bytes:,} bytes; manifest {out / 'drop.json'}",
         highlight=False,

@@ -58,7 +58,7 @@ def validate(
     if not targets:
         console.print(Text("no vendor files found", style="yellow"))
         raise typer.Exit(1)
-    bad = 0
+    bad = warned = 0
     for path in targets:
         try:
             vendor = load_vendor(path, base_dir=base_dir)
@@ -78,9 +78,41 @@ def validate(
                 (config_hash(vendor), "dim"),
             )
         )
+        problem = local_source_problem(vendor, base_dir)
+        if problem:
+            warned += 1
+            console.print(
+                Text.assemble("  ", ("warning ", "bold yellow"), ("source.url", "cyan"), "  ", problem)
+            )
+    if warned:
+        console.print(
+            Text(
+                f"{warned} vendor file(s) valid but with warnings: a run would fail or find nothing",
+                style="yellow",
+            )
+        )
     if bad:
         console.print(Text(f"{bad} of {len(targets)} vendor file(s) invalid", style="bold red"))
         raise typer.Exit(1)
+
+
+def local_source_problem(vendor: VendorConfig, base_dir: Path | None) -> str | None:
+    """Why the vendor's local source folder cannot be discovered now (None when it can, or when the
+    source is remote: a bucket is checked by the run, with its credentials, not here).
+
+    A warning rather than an error: the folder may exist only on the workers (a mount), or be created by
+    the vendor's first delivery. But a typo must not pass silently: a run would fail with source_missing.
+    """
+    from pipeline.config.models import local_source_path
+
+    if not vendor.source.is_local:
+        return None
+    root = local_source_path(vendor.source.url, base_dir).absolute()
+    if not root.exists():
+        return f"{root} does not exist here: a run on this machine would fail with source_missing"
+    if not root.is_dir():
+        return f"{root} is not a folder: a run on this machine would fail with source_missing"
+    return None
 
 
 def _load_or_exit(file: Path, base_dir: Path | None) -> VendorConfig:

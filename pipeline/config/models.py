@@ -174,15 +174,32 @@ class VendorConfig(FrozenModel):
         return str(local_source_path(self.source.url, base_dir))
 
 
+#: What an ad-hoc ingest never takes for an input: hidden files, partial uploads, and the metadata a drop
+#: carries beside its media (``drop.json``, ``*.meta.json``, READMEs, ready markers). None of them is a
+#: robot log or a video, so taking them would only quarantine them as ``bad_magic``.
+AD_HOC_EXCLUDE = (
+    "**/.*",
+    "**/*.part",
+    "**/*.tmp",
+    "**/*.json",
+    "**/*.yaml",
+    "**/*.yml",
+    "**/*.txt",
+    "**/*.md",
+    "**/_READY",
+)
+
+
 def generic_vendor(kind: SourceKind | str, url: str, *, name: str = "adhoc") -> VendorConfig:
     """A container-only vendor for ad-hoc ingest (``sluice ingest PATH --kind ...``).
 
-    Every file under ``url`` is an input; no topic is required and any encoding, container or codec the
-    readers know passes the contract, so only structural problems (truncation, CRCs, decode errors, blank
-    video...) are judged.
+    Every file under ``url`` is an input except the drop's sidecars (:data:`AD_HOC_EXCLUDE`); no topic is
+    required and any encoding, container or codec the readers know passes the contract, so only structural
+    problems (truncation, CRCs, decode errors, blank video...) are judged.
     """
     kind = SourceKind(kind)
-    data: dict[str, Any] = {"name": name, "kind": kind.value, "source": {"url": url, "include": ["**/*"]}}
+    source = {"url": url, "include": ["**/*"], "exclude": list(AD_HOC_EXCLUDE)}
+    data: dict[str, Any] = {"name": name, "kind": kind.value, "source": source}
     if kind is SourceKind.MCAP:
         data["topics"] = {"message_encodings": None, "schema_encodings": None}
     else:

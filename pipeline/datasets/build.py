@@ -56,6 +56,7 @@ from pipeline.datasets.versions import (
     latest_version,
     next_version,
     spec_record,
+    split_warnings,
 )
 from pipeline.enums import ArtifactKind
 from pipeline.errors import StoreError
@@ -121,8 +122,14 @@ def build(
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     log.info(
-        "dataset %s: built %s with %d rows (%s)", spec.name, result.ref, result.row_count, result.split_counts
+        "dataset %s: built %s with %d rows (episodes per split %s)",
+        spec.name,
+        result.ref,
+        result.row_count,
+        result.split_episodes,
     )
+    for warning in result.warnings:
+        log.warning("dataset %s: %s", result.ref, warning)
     return result
 
 
@@ -177,7 +184,8 @@ def _record(
     parquet_uri: str,
     selection: Selection,
 ) -> DatasetVersion:
-    recorded = spec_record(spec.model_dump(mode="json"), selection.near_duplicates)
+    split_rows, split_episodes = selection.split_rows(), selection.split_episodes()
+    recorded = spec_record(spec.model_dump(mode="json"), selection.near_duplicates, split_rows)
     version_id = create_dataset_version(
         session, name=spec.name, version=version, spec_hash=digest, spec=recorded
     )
@@ -202,10 +210,12 @@ def _record(
         parquet_uri=parquet_uri,
         parquet_sha256=files.parquet_sha256,
         row_count=files.num_rows,
-        split_counts=selection.split_counts(),
+        split_episodes=split_episodes,
+        split_rows=split_rows,
         created=True,
         counts=selection.counts,
         near_duplicates=selection.near_duplicates,
+        warnings=split_warnings(recorded, split_episodes),
     )
 
 

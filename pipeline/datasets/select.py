@@ -91,8 +91,14 @@ class Selection:
     def manifest_table(self) -> pa.Table:
         return self.table.drop_columns(list(LINEAGE_COLUMNS))
 
-    def split_counts(self) -> dict[str, int]:
+    def split_rows(self) -> dict[str, int]:
+        """Manifest rows per split (a video episode has a row per clip)."""
         return {s.value: _count_split(self.table, s) for s in Split}
+
+    def split_episodes(self) -> dict[str, int]:
+        """Episodes per split."""
+        episodes = self.table.group_by([mf.SPLIT, "episode_id_int"]).aggregate([]).column(mf.SPLIT)
+        return {s.value: int(pc.sum(pc.equal(episodes, s.value)).as_py() or 0) for s in Split}
 
 
 def _count_split(table: pa.Table, split: Split) -> int:

@@ -27,6 +27,9 @@ DIFF_EXAMPLES = 10
 #: Key of a version's recorded spec JSON that holds the build's near-duplicate report instead of a spec field
 #: (a leading underscore, which no spec field has). :func:`spec_record` adds it, loading takes it out again.
 NEAR_DUPLICATES_KEY = "_near_duplicates"
+#: Key of the recorded spec JSON that holds the manifest's rows per split (a video episode is one row per
+#: clip, so rows and episodes differ); versions built before it was recorded have none.
+SPLIT_ROWS_KEY = "_split_rows"
 
 
 @dataclass(frozen=True)
@@ -42,13 +45,16 @@ class DatasetVersion:
     manifest_sha256: str | None
     parquet_uri: str | None
     parquet_sha256: str | None
-    row_count: int
-    split_counts: dict[str, int]
+    row_count: int  # manifest rows: one per robot episode, one per clip of a video episode
+    split_episodes: dict[str, int]  # episodes per split
+    split_rows: dict[str, int] | None  # manifest rows per split (None: built before rows were recorded)
     created: bool = False  # True when this build made the version, False when it found it already there
     counts: dict[str, int] = field(default_factory=dict)  # what the build dropped, by step (build only)
     spec: dict[str, Any] | None = None
     #: Per near-duplicate group that lost members: ``{"group", "kept", "dropped"}`` (see ``select.Selection``).
     near_duplicates: list[dict[str, Any]] = field(default_factory=list)
+    #: What a user must know about the splits (an empty one); see :func:`split_warnings`.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ref(self) -> str:
@@ -103,9 +109,32 @@ class VersionDiff:
         }
 
 
-def spec_record(spec: dict[str, Any], near_duplicates: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a version records in its ``spec`` column: the spec and the build's near-duplicate report."""
-    return {**spec, NEAR_DUPLICATES_KEY: near_duplicates}
+def spec_record(
+    spec: dict[str, Any], near_duplicates: list[dict[str, Any]], split_rows: dict[str, int]
+) -> dict[str, Any]:
+    """What a version records in its ``spec`` column: the spec, the build's near-duplicate report and the
+    manifest's rows per split."""
+    return {**spec, NEAR_DUPLICATES_KEY: near_duplicates, SPLIT_ROWS_KEY: split_rows}
+
+
+def split_warnings(spec: dict[str, Any], split_episodes: dict[str, int]) -> list[str]:
+    """A sentence per split that came out empty although the spec gives it a share: too few groups (e.g. two
+    sessions grouped by session cannot fill three splits), or a share too small for the groups there are.
+    Training on it would silently validate or evaluate on nothing."""
+    splits = spec.get("splits") or {}
+    share = {
+        Split.TRAIN.value: 1.0 - float(splits.get("val_fraction", 0)) - float(splits.get("eval_fraction", 0)),
+        Split.VAL.value: float(splits.get("val_fraction", 0)),
+        Split.EVAL.value: float(splits.get("eval_fraction", 0)),
+    }
+    total = sum(split_episodes.values())
+    group_by = ", ".join(splits.get("group_by") or ())
+    return [
+        f"split {split} is empty although the spec gives it {share[split]:.0%} of the groups: the "
+        f"{total} episode(s) fall into too few groups of ({group_by}) to fill every split"
+        for split in (s.value for s in Split)
+        if share[split] > 0 and split_episodes.get(split, 0) == 0
+    ]
 
 
 def parse_ref(ref: str, default_name: str | None = None) -> tuple[str, str]:
@@ -235,6 +264,8 @@ def _load(session: Session, row_id: int, *, with_spec: bool = False) -> DatasetV
     parquet = manifests.get(ManifestFormat.PARQUET.value)
     recorded = dict(row.spec)
     near_duplicates = recorded.pop(NEAR_DUPLICATES_KEY, [])
+    split_rows = recorded.pop(SPLIT_ROWS_KEY, None)
+    split_episodes = {s.value: int(splits.get(s.value, 0)) for s in Split}
     return DatasetVersion(
         id=row.id,
         name=row.name,
@@ -246,7 +277,9 @@ def _load(session: Session, row_id: int, *, with_spec: bool = False) -> DatasetV
         parquet_uri=parquet.uri if parquet else None,
         parquet_sha256=parquet.sha256 if parquet else None,
         row_count=ipc.row_count if ipc else sum(splits.values()),
-        split_counts={s.value: int(splits.get(s.value, 0)) for s in Split},
+        split_episodes=split_episodes,
+        split_rows=None if split_rows is None else {k: int(n) for k, n in split_rows.items()},
         spec=recorded if with_spec else None,
         near_duplicates=list(near_duplicates),
+        warnings=split_warnings(recorded, split_episodes),
     )

@@ -220,6 +220,8 @@ class TopicStats(BaseModel):
     skew_min_ns: int | None = None
     skew_max_ns: int | None = None
     skew_mean_ns: float | None = None
+    skew_median_ns: int | None = None  # median of log time - stamp (signed: which clock is ahead)
+    skew_abs_p99_ns: int | None = None  # 99th percentile of |log time - stamp|
     decode_errors: int = 0
     content_digest: str | None = None
 

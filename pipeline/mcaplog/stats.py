@@ -210,6 +210,9 @@ class TopicAccumulator:
         self.skew_min: int | None = None
         self.skew_max: int | None = None
         self.skew_sum = 0
+        # log time - stamp of every stamped message, for the median and the 99th percentile (8 bytes each,
+        # like log_times)
+        self.skews = array("q")
         self.stamped = 0
         self.stamp_field: str | None = None
         self.decode_errors = 0
@@ -240,6 +243,7 @@ class TopicAccumulator:
 
     def add_stamp(self, log_time: int, stamp: int) -> None:
         skew = log_time - stamp
+        self.skews.append(skew)
         self.stamped += 1
         self.skew_sum += skew
         self.skew_min = skew if self.skew_min is None else min(self.skew_min, skew)
@@ -276,6 +280,13 @@ class TopicAccumulator:
             expected_count = math.floor((episode_end_ns - episode_start_ns) / 1e9 * expected_rate_hz) + 1
             gap_rate = max(0, expected_count - count) / expected_count
 
+        skew_median: int | None = None
+        skew_abs_p99: int | None = None
+        if self.skews:
+            skews = np.frombuffer(self.skews, dtype=np.int64)
+            skew_median = int(np.median(skews))
+            # "higher": an observed value, never one interpolated between two messages
+            skew_abs_p99 = int(np.percentile(np.abs(skews), 99, method="higher"))
         schema = self.schema
         stats = TopicStats(
             topic=self.topic,
@@ -303,6 +314,8 @@ class TopicAccumulator:
             skew_min_ns=self.skew_min,
             skew_max_ns=self.skew_max,
             skew_mean_ns=self.skew_sum / self.stamped if self.stamped else None,
+            skew_median_ns=skew_median,
+            skew_abs_p99_ns=skew_abs_p99,
             decode_errors=self.decode_errors,
             content_digest=f"{self._digest:032x}" if self._digest is not None else None,
         )

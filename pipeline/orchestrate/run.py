@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.enums import RunOutcome, StepStatus
 from pipeline.orchestrate import artifacts
+from pipeline.orchestrate.names import DISCOVER
 from pipeline.orchestrate.outcome import RunDecision, TaskState, decide_outcome
 
 if TYPE_CHECKING:
@@ -59,22 +60,36 @@ def start_run(
 def discover(ctx: StepContext, vendor: VendorConfig, pipeline_run_id: int) -> dict[str, Any]:
     """List the vendor's finished input files and keep the listing as a run artifact.
 
-    Returns counts and the listing's URL (what XCom carries); files passed over are counted by reason.
+    Returns counts and the listing's URL (what XCom carries); files passed over are counted by reason. A
+    source root that does not exist fails the task (:class:`~pipeline.discover.SourceMissingError`) and is
+    recorded on the run as a critical ``source_missing`` entry; a discovery that finds nothing to ingest is
+    recorded as a warning (:meth:`~pipeline.discover.Discovery.emptiness`), so the run ends
+    ``succeeded_with_warnings`` instead of green and empty.
     """
     import fsspec
 
+    from pipeline.discover import DiscoveryIssue, SourceMissingError
     from pipeline.discover import discover as find_ready_files
 
     url = vendor.source_url(ctx.settings.project_dir_abs)
     fs, root = fsspec.core.url_to_fs(url, **dict(vendor.source.storage_options))
-    found = find_ready_files(
-        fs,
-        root,
-        include=vendor.source.include,
-        exclude=vendor.source.exclude,
-        ready_marker=vendor.source.ready_marker,
-        settle_s=vendor.source.settle_s,
-    )
+    try:
+        found = find_ready_files(
+            fs,
+            root,
+            include=vendor.source.include,
+            exclude=vendor.source.exclude,
+            ready_marker=vendor.source.ready_marker,
+            settle_s=vendor.source.settle_s,
+        )
+    except SourceMissingError as exc:
+        _note(ctx, pipeline_run_id, [_entry(DiscoveryIssue.SOURCE_MISSING, str(exc), critical=True)])
+        raise
+    empty = found.emptiness(url)
+    notes = [] if empty is None else [_entry(empty[0], empty[1], critical=False)]
+    _note(ctx, pipeline_run_id, notes)
+    if empty is not None:
+        log.warning("%s: %s", vendor.name, empty[1])
     passed_over: dict[str, int] = {}
     for skipped in found.passed_over:
         passed_over[skipped.why] = passed_over.get(skipped.why, 0) + 1
@@ -85,6 +100,7 @@ def discover(ctx: StepContext, vendor: VendorConfig, pipeline_run_id: int) -> di
             {"path": c.path, "size_bytes": c.size_bytes, "mtime": c.mtime} for c in found.candidates
         ],
         "passed_over": [{"path": p.path, "why": p.why, "detail": p.detail} for p in found.passed_over],
+        "unselected": found.unselected,
     }
     uri = artifacts.write_json(ctx.store, artifacts.discovery_key(pipeline_run_id), listing)
     return {
@@ -92,8 +108,22 @@ def discover(ctx: StepContext, vendor: VendorConfig, pipeline_run_id: int) -> di
         "n_candidates": len(found.candidates),
         "total_bytes": found.total_bytes,
         "passed_over": passed_over,
+        "unselected": found.unselected,
+        "warnings": [n["detail"] for n in notes],
         "listing_uri": uri,
     }
+
+
+def _entry(code: str, detail: str, *, critical: bool) -> dict[str, Any]:
+    return {"step": DISCOVER, "critical": critical, "code": str(code), "detail": detail}
+
+
+def _note(ctx: StepContext, pipeline_run_id: int, notes: list[dict[str, Any]]) -> None:
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.runs import record_run_notes
+
+    with session_scope(make_session_factory(ctx.engine)) as session:
+        record_run_notes(session, pipeline_run_id, DISCOVER, notes)
 
 
 def warehouse_sync(ctx: StepContext) -> dict[str, Any]:
@@ -140,18 +170,36 @@ def finalize(
     if ctx is None or pipeline_run_id is None:
         return decision
     from pipeline.catalog import make_session_factory, session_scope
-    from pipeline.catalog.runs import finish_pipeline_run
+    from pipeline.catalog.runs import finish_pipeline_run, run_notes
 
     failed_items = _failed_items(ctx, pipeline_run_id)
-    entries = [
-        {**entry, "failed_items": failed_items.get(str(entry.get("step")), 0)}
-        for entry in (*decision.failures, *decision.warnings)
-    ]
     with session_scope(make_session_factory(ctx.engine)) as session:
+        decision = with_notes(decision, run_notes(session, pipeline_run_id))
+        entries = [
+            {**entry, "failed_items": failed_items.get(str(entry.get("step")), 0)}
+            for entry in (*decision.failures, *decision.warnings)
+        ]
         finish_pipeline_run(session, pipeline_run_id, decision.outcome, warnings=entries)
     level = logging.WARNING if decision.outcome is not RunOutcome.SUCCEEDED else logging.INFO
     log.log(level, "pipeline run %d: %s %s", pipeline_run_id, decision.outcome.value, entries)
     return decision
+
+
+def with_notes(decision: RunDecision, notes: Sequence[Mapping[str, Any]]) -> RunDecision:
+    """The decision with the notes run-level tasks recorded: a note replaces the generic entry of the same
+    step and criticality (``discover failed`` becomes ``source_missing: ...``), and a warning note turns a
+    clean success into a success with warnings."""
+    failures = [dict(n) for n in notes if n.get("critical")]
+    warnings = [dict(n) for n in notes if not n.get("critical")]
+    noted = {(n.get("step"), bool(n.get("critical"))) for n in notes}
+    failures += [e for e in decision.failures if (e.get("step"), True) not in noted]
+    warnings += [e for e in decision.warnings if (e.get("step"), False) not in noted]
+    outcome = decision.outcome
+    if outcome is RunOutcome.SUCCEEDED and warnings:
+        outcome = RunOutcome.SUCCEEDED_WITH_WARNINGS
+    if failures:
+        outcome = RunOutcome.FAILED
+    return RunDecision(outcome, failures, warnings)
 
 
 def _failed_items(ctx: StepContext, pipeline_run_id: int) -> dict[str, int]:

@@ -1,5 +1,9 @@
 """``sluice report RUN``: one self-contained HTML file about one pipeline run.
 
+Besides the run's page of the Sluice view (outcome, toggles, failures, quarantines, quality over time) it
+shows what :mod:`pipeline.report.quality` gathers: histograms against the vendor's thresholds, a contact
+sheet of frames, dataset statistics and how to open each episode in a viewer.
+
 The file holds everything it shows: styles inline, plots as inline SVG (rasters as ``data:`` URIs), no script,
 no font, image or stylesheet from anywhere else, so it opens offline and can be attached to a ticket.
 :func:`remote_references` is the check; :func:`render_report` refuses to return a page that fails it.
@@ -83,14 +87,26 @@ def bench_section(path: Path) -> dict[str, Any]:
 
 def render_report(sources: ViewSources, ref: str, *, bench_files: Sequence[Path] = ()) -> str:
     """The report's HTML for the run ``ref`` names."""
+    from pipeline.report import quality, sheet
     from pipeline.version import code_version
 
     run = resolve_run(sources, ref)
     data = run_page(sources, run.id)
+    episodes = data["episode_ids"]
+    with sources.session() as session:
+        thresholds = quality.vendor_thresholds(session, run.vendor, run.config_hash)
+        frames = sheet.contact_sheet(session, episodes, storage_options=sources.storage_options)
+        hours = quality.hours(session)
+        ranges = quality.value_ranges(session, episodes, storage_options=sources.storage_options)
     data.update(
         generated_at=datetime.now(UTC),
         code_version=code_version(),
         bench=[bench_section(Path(p)) for p in bench_files],
+        histograms=quality.histograms(data["series"], episodes, thresholds),
+        thresholds=thresholds,
+        sheet=frames,
+        hours=hours,
+        ranges=ranges,
     )
     html = _XMLNS.sub("", render("report", data, linked=False))
     remote = remote_references(html)

@@ -13,6 +13,7 @@ import io
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +113,76 @@ def quality_svg(
             fig.tight_layout()
             svg = _to_svg(fig)
     return _tidy(svg, title or spec.title)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A vertical line on a histogram: the vendor's limit, and which side of it is held back or flagged."""
+
+    value: float
+    label: str  # e.g. "max_gap_rate 0.02"
+
+
+#: Histogram bins: enough to show a distribution's shape over a few hundred episodes, and to see a mode
+#: sitting just on the wrong side of a threshold.
+HISTOGRAM_BINS = 30
+#: Colours of a histogram's groups (this run's episodes, the vendor's others) and of threshold lines.
+HISTOGRAM_COLORS = (PALETTE[0], "#c7c7c7")
+THRESHOLD_COLOR = "#d62728"
+
+
+def histogram_svg(
+    title: str,
+    groups: Mapping[str, Sequence[float]],
+    *,
+    x_label: str,
+    thresholds: Sequence[Threshold] = (),
+    figure: str = "",
+) -> str | None:
+    """A stacked histogram of ``groups`` (label → values; the first is drawn in colour) with a dashed red
+    line per threshold. Threshold lines and the bars carry element ids (``threshold-<figure>-<i>``,
+    ``histogram-<figure>-<group>-<bin>``) so that a page can be checked for them. None when no group has a value."""
+    import numpy as np
+
+    present = {label: [float(v) for v in values] for label, values in groups.items() if len(values)}
+    if not present:
+        return None
+    every = np.concatenate([np.asarray(v) for v in present.values()])
+    low, high = float(every.min()), float(every.max())
+    for t in thresholds:
+        low, high = min(low, t.value), max(high, t.value)
+    if high <= low:
+        low, high = low - 0.5, high + 0.5
+    edges = [float(x) for x in np.linspace(low, high, HISTOGRAM_BINS + 1)]
+    with _LOCK:
+        import matplotlib
+        from matplotlib.figure import Figure as MplFigure
+
+        with matplotlib.rc_context(_RC):
+            fig = MplFigure(figsize=(WIDTH_IN / 2, HEIGHT_IN), dpi=100)
+            ax = fig.subplots()
+            labels = list(present)
+            colors = [HISTOGRAM_COLORS[min(i, len(HISTOGRAM_COLORS) - 1)] for i in range(len(labels))]
+            _, _, patches = ax.hist(
+                [present[label] for label in labels], bins=edges, stacked=True, color=colors, label=labels
+            )
+            groups_drawn: list[Any] = patches if isinstance(patches, list) else [patches]
+            for g, group in enumerate(groups_drawn):
+                for k, bar in enumerate(group):
+                    bar.set_gid(f"histogram-{figure}-{g}-{k}")
+            for i, t in enumerate(thresholds):
+                ax.axvline(
+                    t.value, color=THRESHOLD_COLOR, linestyle="--", linewidth=1.4, label=t.label,
+                    gid=f"threshold-{figure}-{i}",
+                )  # fmt: skip
+            ax.set_title(title, loc="left", fontsize=10)
+            ax.set_xlabel(x_label)
+            ax.set_ylabel("episodes")
+            ax.grid(True, axis="y", alpha=0.25, linewidth=0.6)
+            ax.legend(fontsize=7, frameon=False, loc="upper right")
+            fig.tight_layout()
+            svg = _to_svg(fig)
+    return _tidy(svg, title)
 
 
 def line_svg(title: str, values: Sequence[float], *, y_label: str = "", x_label: str = "") -> str:

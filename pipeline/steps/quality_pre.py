@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.enums import CheckStatus, FileState, Gate, ReasonCode, SourceKind, StepName, StreamRole
 from pipeline.steps.base import Step, StepResult, WorkItem
-from pipeline.steps.ingest import IngestStep, registered_episodes
+from pipeline.steps.ingest import VERSION_MARK, IngestStep, registered_episodes
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -213,6 +213,8 @@ class QualityPreStep(Step):
                 backward_steps=t.backward_steps,
                 duplicate_timestamps=t.duplicate_log_times,
                 max_jump_ns=t.largest_jump_ns,
+                skew_median_ns=t.skew_median_ns,
+                skew_p99_ns=t.skew_abs_p99_ns,
                 skew_max_ns=_abs_max(t.skew_min_ns, t.skew_max_ns),
             )
             for t in report.topics
@@ -232,14 +234,18 @@ class QualityPreStep(Step):
 
     def _gate_video(self, episode_id: int, path: Path) -> StepResult:
         from pipeline.quality.pregate import check_video
+        from pipeline.quality.recorded import clip_start_ns, parse_creation_time
 
         probe = self.prober.probe(path)
         outcomes = check_video(probe, self.vendor)
-        metadata = {
-            "start_time_ns": 0 if probe.duration_s else None,
-            "end_time_ns": int(probe.duration_s * 1e9) if probe.duration_s else None,
-        }
-        return self._record(episode_id, outcomes, probe.model_dump(mode="json"), [], metadata, None)
+        # The vendor file is looked at only when the container does not say when it was recorded.
+        mtime = None if parse_creation_time(probe.creation_time) else self._source_mtime_s(episode_id)
+        start_ns, recorded_from = clip_start_ns(probe.creation_time, mtime)
+        metadata: dict[str, int | None] = {"start_time_ns": None, "end_time_ns": None}
+        if start_ns is not None and probe.duration_s is not None:
+            metadata = {"start_time_ns": start_ns, "end_time_ns": start_ns + round(probe.duration_s * 1e9)}
+        report = {**probe.model_dump(mode="json"), "recorded_from": recorded_from.value}
+        return self._record(episode_id, outcomes, report, [], metadata, None)
 
     def _record(
         self,
@@ -313,6 +319,32 @@ class QualityPreStep(Step):
                 .where(Episode.id == episode_id)
             ).one()
         return row.sha256, SourceKind(row.kind)
+
+    def _source_mtime_s(self, episode_id: int) -> float | None:
+        """The modification time of the episode's file in the vendor's drop (None when it is gone)."""
+        import fsspec
+        from sqlalchemy import select
+
+        from pipeline.catalog import make_session_factory, session_scope
+        from pipeline.catalog.models import Episode, SourceFile
+
+        with session_scope(make_session_factory(self.ctx.engine)) as session:
+            relative = session.execute(
+                select(SourceFile.path)
+                .join(Episode, Episode.source_file_id == SourceFile.id)
+                .where(Episode.id == episode_id)
+            ).scalar_one()
+        url = self.vendor.source_url(self.ctx.settings.project_dir_abs)
+        try:
+            fs, root = fsspec.core.url_to_fs(url, **dict(self.vendor.source.storage_options))
+            info = fs.info(f"{root.rstrip('/')}/{_vendor_relative(relative)}")
+        except (OSError, ValueError) as exc:
+            log.info("episode %d: no modification time of its vendor file: %s", episode_id, exc)
+            return None
+        mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+        if hasattr(mtime, "timestamp"):
+            mtime = mtime.timestamp()
+        return float(mtime) if isinstance(mtime, int | float) else None
 
     @contextmanager
     def _local_copy(self, sha256: str) -> Iterator[Path]:
@@ -401,3 +433,8 @@ def _fingerprint(digests: Sequence[str | None]) -> str | None:
 def _abs_max(a: int | None, b: int | None) -> int | None:
     values = [abs(x) for x in (a, b) if x is not None]
     return max(values) if values else None
+
+
+def _vendor_relative(catalog_path: str) -> str:
+    """The vendor path a catalog path names (a changed file's later version carries a ``#sha256=`` mark)."""
+    return catalog_path.split(VERSION_MARK, 1)[0]

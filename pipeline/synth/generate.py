@@ -239,16 +239,25 @@ def _clip_spec(config: VideoDropConfig, k: int) -> ClipSpec:
         seed=int(rng.integers(0, 2**31)),
         scene_cuts=config.scene_cuts,
         camera_id=k % 16,
+        captured_at=_captured_at(config, k),
     )
+
+
+def _captured_at(config: VideoDropConfig, k: int) -> datetime:
+    """When clip ``k`` was recorded: one every 7 minutes or so from the drop's epoch, whole seconds (the MP4
+    header keeps seconds); the clip's container says it, and its sidecar too."""
+    rng = np.random.default_rng([config.seed, k, 0x51DE])
+    captured_ns = EPOCH_NS + k * 7 * 60 * NS_PER_S + int(rng.uniform(0, 300)) * NS_PER_S
+    return datetime.fromtimestamp(captured_ns // NS_PER_S, UTC)
 
 
 def _sidecar(config: VideoDropConfig, spec: ClipSpec, k: int) -> dict[str, Any]:
     rng = np.random.default_rng([config.seed, k, 0x51DE])
-    captured_ns = EPOCH_NS + k * 7 * 60 * NS_PER_S + int(rng.uniform(0, 300)) * NS_PER_S
+    rng.uniform(0, 300)  # the draw _captured_at makes: the location below stays what it was
     return {
         "clip_id": spec.clip_id,
         "camera": f"cam-{spec.camera_id:02d}",
-        "captured_at": datetime.fromtimestamp(captured_ns // NS_PER_S, UTC).isoformat(),
+        "captured_at": _captured_at(config, k).isoformat(),
         "location": str(rng.choice(LOCATIONS)),
         "fps": config.fps,
         "width": config.width,

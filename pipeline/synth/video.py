@@ -12,6 +12,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from pipeline.synth.scene import SceneGenerator, black_frame, yuv420p_buffer
 
 log = logging.getLogger(__name__)
 
+#: How FFmpeg's MP4 muxer takes a creation_time tag (UTC; the header keeps whole seconds).
+CREATION_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.000000Z"
 # FFmpeg's AVFieldOrder value for "top field coded and displayed first".
 AV_FIELD_TT = 2
 
@@ -52,6 +55,8 @@ class ClipSpec:
     seed: int
     scene_cuts: int
     camera_id: int = 0
+    #: Written as the container's creation_time, as cameras and phones do (None: left out).
+    captured_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,10 @@ def write_clip(path: Path, spec: ClipSpec, media: ClipMedia, tweaks: ClipTweaks 
     black = black_frame(media.width, media.height)
     h, w = media.height, media.width
     with av.open(str(tmp), "w", format="mp4") as container:
+        if spec.captured_at is not None:
+            container.metadata["creation_time"] = spec.captured_at.astimezone(UTC).strftime(
+                CREATION_TIME_FORMAT
+            )
         stream = container.add_stream("libx264", rate=media.fps)
         stream.width = w
         stream.height = h

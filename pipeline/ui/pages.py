@@ -151,6 +151,8 @@ def run_page(sources: ViewSources, pipeline_run_id: int) -> dict[str, Any]:
         "run": run,
         "steps": [s.value for s in StepName],
         "episodes": len(episodes),
+        "episode_ids": sorted(episodes),
+        "series": series,
         "states": states,
         "reasons": reasons,
         "quarantined": quarantined,

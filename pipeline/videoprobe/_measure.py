@@ -88,6 +88,8 @@ def _measure_open(url: str, family: str, limits: dict[str, Any], out: dict[str, 
             return
     with container:
         out["container_format"] = container.format.name
+        # When the camera says it recorded (MP4 mvhd / Matroska DateUTC), as FFmpeg reads it: ISO 8601, UTC.
+        out["creation_time"] = container.metadata.get("creation_time")
         out["streams"] = [_stream_summary(s) for s in container.streams]
         videos = [s for s in container.streams.video if not _attached_picture(s)]
         if not videos:

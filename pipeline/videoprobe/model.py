@@ -104,6 +104,9 @@ class VideoProbe(_Frozen):
     size_bytes: int | None = None
     sniffed_container: str | None = Field(default=None, description="Family chosen from the magic bytes.")
     container_format: str | None = Field(default=None, description="FFmpeg demuxer that opened the file.")
+    creation_time: str | None = Field(
+        default=None, description="The container's creation_time tag (when it was recorded), as written."
+    )
     streams: list[StreamSummary] = Field(default_factory=list)
     audio_only: bool = False
     video_stream_index: int | None = None

@@ -16,6 +16,7 @@ from pipeline.config import (
     load_vendor,
     load_vendors,
 )
+from pipeline.discover import selected
 from pipeline.enums import SourceKind, StepName
 
 
@@ -120,6 +121,10 @@ def test_an_explicit_empty_contract_is_container_only(write_vendor) -> None:
 def test_generic_vendor_accepts_every_file_and_encoding(kind: str, tmp_path: Path) -> None:
     vendor = generic_vendor(kind, str(tmp_path))
     assert vendor.kind is SourceKind(kind) and vendor.source.include == ("**/*",)
+    # ... but a drop's own sidecars are not inputs.
+    for sidecar in ("drop.json", "batch_000/clip_00001.meta.json", "notes/README.md", ".DS_Store"):
+        assert not selected(sidecar, vendor.source.include, vendor.source.exclude), sidecar
+    assert selected("rb01/e000.mcap", vendor.source.include, vendor.source.exclude)
     if vendor.topics is not None:
         assert vendor.topics.message_encodings is None and vendor.topics.all_topics() == ()
     else:

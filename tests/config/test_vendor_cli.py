@@ -50,6 +50,21 @@ def test_validate_mixed_files_exits_1_but_reports_the_good_one(
     assert "1 of 2 vendor file(s) invalid" in result.output
 
 
+def test_validate_warns_about_a_local_source_folder_that_is_not_there(
+    write_vendor, tiny: str, drop: Path
+) -> None:
+    good = write_vendor(tiny)
+    result = runner.invoke(app, ["validate", str(good)])
+    assert result.exit_code == 0 and "warning" not in result.output
+    typo = write_vendor(tiny.replace("{root}", "{root}_typo"), name="tiny")
+    result = runner.invoke(app, ["validate", str(typo)])
+    # Valid (the folder may be a worker's mount), but a run here would fail: say so.
+    assert result.exit_code == 0, result.output
+    (warning,) = [line for line in result.output.splitlines() if line.startswith("  warning ")]
+    assert f"source.url  {drop}_typo does not exist here" in warning and "source_missing" in warning
+    assert "1 vendor file(s) valid but with warnings" in result.output
+
+
 def test_validate_missing_file_exits_1(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", str(tmp_path / "absent.yaml")])
     assert result.exit_code == 1 and "cannot read the file" in result.output

@@ -11,6 +11,7 @@ test then reads its own vendor's run.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -61,12 +62,15 @@ def runs(scheduler: SchedulerHarness) -> Iterator[Runs]:
         "sched_annotate_fails": ({}, None, {"annotate": [0]}, 2),
         # A critical step failing as badly as it can: its encoder process dies.
         "sched_encoder_crash": (TWO_ENCODERS, None, {"transcode_encoder_crash": [1]}, 2),
+        "sched_empty_source": ({}, None, {}, 1),  # the vendor delivered nothing (emptied below)
     }
     for name, (steps, _, failures, batches) in plans.items():
         vendor = scheduler.add_vendor(name, steps=steps, batches=batches)
         keys = vendor.episode_keys()
         vendor.fail({step: [keys[i] for i in picks] for step, picks in failures.items()})
         out.vendors[name] = vendor
+    for path in out.vendors["sched_empty_source"].drop.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
     for name, (_, conf, _, _) in plans.items():
         out.run_ids[name] = scheduler.trigger(out.vendors[name], conf)
     for name in plans:
@@ -160,6 +164,24 @@ def test_a_failed_non_critical_step_is_a_warning_and_the_run_succeeds(runs: Runs
     # `sluice run` would print the underlying error: the failed task's exception from its log.
     errors = [f.error for f in run.failures if f.task.startswith("annotate")]
     assert errors and "StepFailedError" in str(errors[0]) and "injected failure of annotate" in str(errors[0])
+
+
+def test_an_empty_source_is_a_recorded_warning_not_a_green_empty_run(runs: Runs) -> None:
+    vendor, run = runs["sched_empty_source"]
+    assert run.succeeded
+    _, outcome, warnings, _ = _pipeline_run(vendor)
+    assert outcome == "succeeded_with_warnings"
+    assert warnings == [
+        {
+            "step": "discover",
+            "critical": False,
+            "code": "source_empty",
+            "detail": f"source_empty: no files under {vendor.drop}",
+            "failed_items": 0,
+        }
+    ]
+    landed = "SELECT count(*) FROM source_files f JOIN vendors v ON v.id = f.vendor_id WHERE v.name = :vendor"
+    assert vendor.catalog(landed) == [(0,)]
 
 
 def test_a_dead_encoder_process_fails_the_run_with_its_first_traceback_line_and_clearing_it_resumes(

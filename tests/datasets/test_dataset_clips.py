@@ -15,7 +15,7 @@ from synthetic_catalog import SyntheticCatalog
 
 from pipeline.catalog.models import ArtifactInput, DatasetVersionEpisode
 from pipeline.config import ClipOptions, load_vendor
-from pipeline.datasets import DatasetBuildError, DatasetSpec, DatasetVersion
+from pipeline.datasets import DatasetBuildError, DatasetSpec, DatasetVersion, get_version
 from pipeline.enums import FileState
 from pipeline.manifest import open_manifest
 from pipeline.media.framecode import read_frame_index
@@ -113,6 +113,13 @@ def test_a_video_vendor_dataset_lists_the_accepted_clips(
 
     assert version.counts["matched"] == 7 and version.counts["unusable"] == 1  # untranscoded has no clips
     assert version.row_count == 6 * len(outputs)
+    # Rows and episodes differ for clips: each is counted as itself, by the build and by `dataset list`.
+    assert sum(version.split_episodes.values()) == 6
+    assert version.split_rows is not None and sum(version.split_rows.values()) == version.row_count
+    assert all(version.split_rows[s] == n * len(outputs) for s, n in version.split_episodes.items())
+    with catalog.session() as s:
+        listed = get_version(s, version.name, version.version)
+    assert (listed.split_episodes, listed.split_rows) == (version.split_episodes, version.split_rows)
     table = pa.ipc.open_file(pa.memory_map(str(version.manifest_uri).removeprefix("file://"))).read_all()
     rows = table.to_pylist()
     by_episode: dict[int, list[dict[str, object]]] = {}
@@ -147,7 +154,7 @@ def test_a_video_vendor_dataset_lists_the_accepted_clips(
         following = indices[-1] + 1
 
     # ranks share each split's clip rows
-    for split, count in version.split_counts.items():
+    for split, count in version.split_rows.items():
         shares = [
             open_manifest(version.manifest_uri, rank=r, world_size=2, cache_dir=tmp_path / "c", split=split)
             for r in range(2)

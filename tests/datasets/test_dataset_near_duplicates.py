@@ -123,7 +123,7 @@ def test_frozen_evaluation_episode_is_never_dropped_for_its_representative(
         episodes = [catalog.episode(s, session_id=f"s{i}") for i in range(12)]
     splits = {"group_by": ["session_id"], "seed": 5, "val_fraction": 0.0, "eval_fraction": 0.3}
     first = build_now(_spec(splits=splits))
-    assert first.split_counts["eval"] > 0
+    assert first.split_episodes["eval"] > 0
     # an eval episode gets a near-duplicate that the grouping prefers: the new one would be kept by default
     manifest_eval = _eval_ids(first)
     frozen = min(manifest_eval)

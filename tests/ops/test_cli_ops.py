@@ -43,6 +43,19 @@ def test_preflight_passes_on_a_cpu_node_with_room(tmp_path: Path) -> None:
     assert lines[3].startswith("PASS disk_free: / ")
 
 
+def test_the_shipped_example_config_loads_and_a_missing_config_points_to_it(tmp_path: Path) -> None:
+    from pipeline.cli.ops import DEFAULT_CONFIG, EXAMPLE_CONFIG
+
+    repo = Path(__file__).resolve().parents[2]
+    example = load_ops_config(repo / EXAMPLE_CONFIG)
+    assert example.preflight.expected_gpu_count == 8 and example.preflight.min_free_bytes["/scratch"] > 0
+    assert str(DEFAULT_CONFIG) in (repo / EXAMPLE_CONFIG).read_text()  # it says where it goes
+    with pytest.raises(ConfigError, match=f"copy the commented example {EXAMPLE_CONFIG} there"):
+        CliRunner().invoke(
+            app, ["preflight", "--config", str(tmp_path / "absent.yaml")], catch_exceptions=False
+        )
+
+
 def test_preflight_fails_and_drains_its_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _stub_scontrol(tmp_path, monkeypatch)
     # No file system here has an exbibyte free.

@@ -144,3 +144,53 @@ def test_starts_of_one_step_are_paced_whatever_order_the_tasks_arrive_in(ctx: St
     assert reserve_start(ctx, 2, StepName.TRANSCODE, now=now, pace_s=3.0) == now
     later = now + timedelta(hours=1)
     assert reserve_start(ctx, 1, StepName.TRANSCODE, now=later, pace_s=3.0) == later
+
+
+def _run_row(ctx: StepContext, run_id: int) -> tuple[str, list[dict[str, object]]]:
+    with ctx.engine.connect() as conn:
+        outcome, warnings = conn.execute(
+            text("SELECT outcome, warnings FROM pipeline_runs WHERE id = :r"), {"r": run_id}
+        ).one()
+    return outcome, warnings
+
+
+def test_an_empty_source_is_a_recorded_warning_and_a_missing_one_fails_with_source_missing(
+    ctx: StepContext, drop: Path, tmp_path: Path
+) -> None:
+    from pipeline.discover import SourceMissingError
+
+    for f in drop.glob("*.mcap"):
+        f.unlink()  # notes.txt stays: present, but no include glob selects it
+    vendor, run_id = _open(ctx, drop, tmp_path)
+    found = discover(ctx, vendor, run_id)
+    assert found["n_candidates"] == 0 and found["unselected"] == 1
+    assert found["warnings"] and found["warnings"][0].startswith("nothing_selected: 1 file(s) under")
+    ok = [TaskState(t, -1, "success") for t in ("validate_conf", "discover", "plan", "warehouse_sync")]
+    assert finalize(ctx, vendor, run_id, ok).outcome is RunOutcome.SUCCEEDED_WITH_WARNINGS
+    outcome, warnings = _run_row(ctx, run_id)
+    assert outcome == "succeeded_with_warnings"
+    assert [(w["step"], w["code"], w["critical"]) for w in warnings] == [
+        ("discover", "nothing_selected", False)
+    ]
+    # A retried discover that now finds files replaces its note; finalize is then clean.
+    (drop / "late.mcap").write_bytes(b"x" * 10)
+    assert discover(ctx, vendor, run_id)["warnings"] == []
+    assert finalize(ctx, vendor, run_id, ok).outcome is RunOutcome.SUCCEEDED
+    assert _run_row(ctx, run_id) == ("succeeded", [])
+
+    # An empty folder says so; a folder that is not there fails discover, and the run names the cause.
+    (drop / "late.mcap").unlink()
+    (drop / "notes.txt").unlink()
+    rerun = start_run(ctx, vendor, dag_id=vendor.name, run_id="manual__1", toggles={})
+    assert discover(ctx, vendor, rerun)["warnings"][0] == f"source_empty: no files under {drop}"
+    drop.rmdir()
+    with pytest.raises(SourceMissingError, match="source_missing"):
+        discover(ctx, vendor, rerun)
+    failed = [*ok[:1], TaskState("discover", -1, "failed"), TaskState("plan", -1, "upstream_failed")]
+    decision = finalize(ctx, vendor, rerun, failed)
+    assert decision.outcome is RunOutcome.FAILED
+    outcome, warnings = _run_row(ctx, rerun)
+    assert outcome == "failed"
+    by_step = {(w["step"], w.get("code")): w for w in warnings}
+    assert set(by_step) == {("discover", "source_missing"), ("plan", None)}
+    assert str(drop) in by_step[("discover", "source_missing")]["detail"]

@@ -1,4 +1,4 @@
-"""``sluice report RUN`` writes the file named, or one named after the run."""
+"""``sluice report RUN`` writes the file named, or one named after the run in the home's reports folder."""
 
 from __future__ import annotations
 
@@ -33,4 +33,7 @@ def test_report_command_writes_an_offline_file(world: World, role_urls: RoleUrls
     finally:
         os.chdir(cwd)
     assert result.exit_code == 0, result.output
-    assert (tmp_path / f"sluice-run-{world.runs['robot']}.html").exists()
+    # Not into the working directory (often the clone): into the home's reports folder, path printed.
+    assert not (tmp_path / f"sluice-run-{world.runs['robot']}.html").exists()
+    written = tmp_path / "home" / "reports" / f"sluice-run-{world.runs['robot']}.html"
+    assert written.exists() and str(written) in result.output.replace("\n", "")

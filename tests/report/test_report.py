@@ -39,7 +39,12 @@ def test_report_is_self_contained_with_plots_and_the_run(
     # no URL of any host at all: not even the SVG namespaces are left (they are implied in HTML)
     assert not re.search(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", html, re.I), "a URL is left in the report"
     assert "<script" not in html and "<link" not in html
-    assert html.count("<svg") == 2 and 'class="plot"' in html  # PSNR and scores: the video vendor's figures
+    histograms = html.count('<div class="plot-card histogram"')
+    # over time: PSNR and scores, the video vendor's figures; then their distributions
+    assert html.count("<svg") == 2 + histograms and 'class="plot"' in html
+    assert '<div class="plot-card histogram" data-figure="psnr">' in html
+    # this world's vendors recorded no config: the report says it has no thresholds, and draws none
+    assert "no readable config" in html and 'id="threshold-' not in html
     assert "this run" in html  # the run's episodes are ringed
     assert f"Run #{world.runs['video']} of {VIDEO}" in html and "failed" in html
     assert world.paths["c2"] in html and "blank_video" in html and BLANK_DETAIL in html
@@ -54,7 +59,7 @@ def test_report_includes_benchmark_figures(sources: ViewSources, world: World, t
                                  "stall_ms_per_step": [0.0, 1.5, 0.2, 9.0], "ok": True, "note": "x"}))  # fmt: skip
     html = render_report(sources, "latest", bench_files=[bench])
     assert "time_to_first_batch_s" in html and "41.5" in html and "data_stall_pct" in html
-    assert html.count("<svg") == 3 and 'aria-label="stall_ms_per_step"' in html
+    assert html.count('aria-label="stall_ms_per_step"') == 1
     assert ">ok<" not in html  # booleans and strings are not figures
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")

@@ -8,7 +8,6 @@ reads the catalog as the curation reader. Screenshots are kept under ``test-arti
 
 from __future__ import annotations
 
-import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,15 +40,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    """Debian's chromium; checked before Airflow is started, so a machine without it skips at once."""
-    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
-        if candidate and Path(candidate).exists():
-            return candidate
-    pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
 
 
 @pytest.fixture

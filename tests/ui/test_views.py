@@ -137,6 +137,6 @@ def test_dataset_versions_with_manifests_and_splits(sources: ViewSources, world:
         (version,) = views.dataset_versions(session)
         assert views.dataset_versions(session, limit=0) == []
     assert (version.ref, version.row_count) == ("pick_place@v1", 4)
-    assert version.split_counts == {"train": 2, "val": 1, "eval": 1}
+    assert version.split_episodes == {"train": 2, "val": 1, "eval": 1}
     assert [m["format"] for m in version.manifests] == ["arrow_ipc", "parquet"]
     assert version.manifests[0]["uri"] == world.manifest_uri

@@ -1,0 +1,146 @@
+"""What a user meets at the command line, run as the user runs it: through the console script's entry point
+(:func:`pipeline.cli.main`, in this process, stdout not a terminal; one test runs the installed ``sluice``
+script itself): clean errors instead of tracebacks, no silent empty answers, plain columns when piped, help
+without markup noise."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pipeline.synth import RobotDropConfig, make_robot_drop
+
+pytestmark = pytest.mark.integration
+
+SLUICE = Path(sys.executable).with_name("sluice")
+
+
+Sluice = Callable[[list[str], dict[str, str]], subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def sluice(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Sluice:
+    """Run ``sluice ARGS`` through its entry point with ``env`` set; returns the exit code and output."""
+    from pipeline.cli import main
+
+    def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        capsys.readouterr()
+        with monkeypatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            patch.setattr(sys, "argv", ["sluice", *args])
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return run
+
+
+def _clean_error(result: subprocess.CompletedProcess[str], *expected: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
+    for text in expected:
+        assert text in result.stderr, result.stderr
+
+
+@pytest.fixture
+def env(tmp_path: Path, migrated_database_url: str) -> dict[str, str]:
+    return {"SLUICE_HOME": str(tmp_path / "home"), "SLUICE_DATABASE_URL": migrated_database_url}
+
+
+def test_missing_and_empty_sources_are_said_not_run_green(
+    sluice: Sluice, tmp_path: Path, env: dict[str, str]
+) -> None:
+    missing = sluice(["ingest", str(tmp_path / "does" / "not" / "exist"), "--kind", "mcap"], env)
+    _clean_error(missing, "source_missing", str(tmp_path / "does" / "not" / "exist"))
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = sluice(["ingest", str(empty), "--kind", "mcap", "--settle-s", "0", "--json"], env)
+    assert result.returncode == 0, result.stderr
+    assert f"warning: source_empty: no files under {empty}" in result.stderr
+    assert json.loads(result.stdout)["warnings"] == [f"source_empty: no files under {empty}"]
+
+    # `sluice plan` says the same before anything runs, and takes --vendor FILE as ingest does.
+    vendor = tmp_path / "vendors" / "quiet.yaml"
+    vendor.parent.mkdir()
+    vendor.write_text(f"name: quiet\nkind: mcap\nsource: {{url: {empty}, settle_s: 0}}\ntopics: {{}}\n")
+    for args in (["plan", str(vendor)], ["plan", "--vendor", str(vendor)]):
+        planned = sluice(args, env)
+        assert planned.returncode == 0, planned.stderr
+        assert "warning: source_empty" in planned.stderr and "0 ready file(s)" in planned.stdout
+    vendor.write_text(vendor.read_text().replace(str(empty), str(tmp_path / "typo")))
+    _clean_error(sluice(["plan", "--vendor", str(vendor)], env), "source_missing")
+
+
+def test_bad_filters_are_errors_that_name_the_allowed_values(sluice: Sluice, env: dict[str, str]) -> None:
+    bad_state = sluice(["files", "list", "--state", "quarantind"], env)
+    assert bad_state.returncode == 2 and "Traceback" not in bad_state.stderr
+    assert "'quarantind' is not one of" in bad_state.stderr and "'quarantined'" in bad_state.stderr
+    _clean_error(sluice(["files", "list", "--vendor", "nosuch"], env), "unknown vendor 'nosuch'")
+    _clean_error(sluice(["quarantine", "list", "--vendor", "nosuch"], env), "unknown vendor 'nosuch'")
+    _clean_error(sluice(["status", "--vendor", "nosuch"], env), "unknown vendor 'nosuch'")
+
+
+def test_a_catalog_that_was_never_migrated_says_run_db_migrate(
+    sluice: Sluice, tmp_path: Path, fresh_database_url: Callable[[], str]
+) -> None:
+    env = {"SLUICE_HOME": str(tmp_path / "home"), "SLUICE_DATABASE_URL": fresh_database_url()}
+    drop = tmp_path / "drop"
+    make_robot_drop(drop, RobotDropConfig(episodes=1, seconds=1, width=64, height=48))
+    for args in (["ingest", str(drop), "--kind", "mcap", "--settle-s", "0"], ["files", "list"], ["status"]):
+        _clean_error(sluice(args, env), "never migrated", "run `sluice db migrate`")
+
+
+def test_an_ad_hoc_ingest_leaves_the_sidecars_and_piped_tables_are_plain_columns(
+    sluice: Sluice, tmp_path: Path, env: dict[str, str]
+) -> None:
+    drop = tmp_path / "drop"
+    manifest = make_robot_drop(drop, RobotDropConfig(episodes=2, seconds=1, width=64, height=48))
+    sidecars = sorted(p.relative_to(drop).as_posix() for p in drop.rglob("*.json"))
+    assert "drop.json" in sidecars
+    result = sluice(["ingest", str(drop), "--kind", "mcap", "--settle-s", "0", "--json"], env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["discovered"] == len(manifest.files) and report["unselected"] == len(sidecars)
+    assert report["states"] == {"accepted": len(manifest.files)}  # no sidecar quarantined as bad_magic
+
+    listed = sluice(["files", "list"], env)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["vendor", "path", "state", "reasons", "duplicate_of", "sha256"]
+    assert len(lines) == 1 + len(manifest.files)  # one line per file: nothing wrapped, no box drawing
+    by_path = {line.split()[1]: line.split() for line in lines[1:]}
+    for f in manifest.files:
+        assert by_path[f.path][-1] == f.sha256
+    assert "source files" in listed.stderr  # the title, off the data stream
+
+
+def test_help_shows_no_bool_labels_or_rst_backticks(sluice: Sluice) -> None:
+    for args in (["--help"], ["ingest", "--help"], ["files", "list", "--help"]):
+        result = sluice(args, {})
+        assert result.returncode == 0, result.stderr
+        assert "<bool>" not in result.stdout and "``" not in result.stdout, result.stdout
+    assert "--vendor FILE" in sluice(["ingest", "--help"], {}).stdout
+
+
+def test_the_installed_script_prints_product_errors_without_a_traceback(env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [str(SLUICE), "files", "list", "--vendor", "nosuch"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    _clean_error(result, "error: unknown vendor 'nosuch'; allowed: (no vendor recorded yet)")
