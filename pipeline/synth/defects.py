@@ -280,8 +280,9 @@ def _video_duplicate(slot: VideoSlot) -> DropFile:
     return _copy_of(slot, VideoDefect.DUPLICATE)
 
 
-#: The re-encode of a ``reencoded`` copy: 3/4 of the size, lower quality, no B-frames, another GOP.
-REENCODE_SCALE = 0.75
+#: The re-encode of a ``reencoded`` copy: 5/4 of the size (a smaller copy of the 320x240 default would fall
+#: below the example video contract's 320x240 minimum and be quarantined), lower quality, no B-frames, another GOP.
+REENCODE_SCALE = 1.25
 REENCODE_CRF = 30
 REENCODE_GOP_FRAMES = 15
 
