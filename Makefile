@@ -13,12 +13,13 @@ SLUICE := $(VENV)/bin/sluice
 export SLUICE_HOME ?= $(CURDIR)/.sluice
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-tools demo test lint typecheck fmt clean bench
+.PHONY: help setup system-tools demo test test-lerobot lint typecheck fmt clean bench
 
 help:
 	@echo "make demo       run the main job end to end (starts and stops its own Postgres)"
 	@echo "make test       run the test suite (starts and stops its own Postgres)"
 	@echo "make lint       ruff + mypy"
+	@echo "make test-lerobot  the LeRobot export through lerobot itself (builds $(LEROBOT_VENV), with torch)"
 	@echo "make clean      stop the local Postgres and delete $(SLUICE_HOME)"
 
 $(VENV)/.synced: pyproject.toml uv.lock
@@ -44,6 +45,29 @@ demo: setup
 
 test: setup system-tools
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The LeRobot round trip needs lerobot and torch: never in the project's venv, so a venv of their own.
+# lerobot 0.4.4 is the newest release for Python 3.11 (0.5 needs 3.12); it pins torch<2.11, for which no CPU
+# build lies on this machine's disk, so it is installed without its pins next to the torch and torchvision
+# pair pip finds here (2.14.1 / 0.29.1) and the few packages its dataset code imports.
+LEROBOT_VENV ?= .venv-lerobot
+LEROBOT_VERSION ?= 0.4.4
+LEROBOT_TORCH ?= torch==2.14.1 torchvision==0.29.1
+LEROBOT_DEPS := "datasets>=4.0,<5" "huggingface-hub>=0.34.2,<0.36" "av>=15,<16" "draccus==0.10.0" \
+	"einops>=0.8,<0.9" "jsonlines>=4,<5" "packaging>=24.2,<26" "termcolor>=2.4,<4" "deepdiff>=7.0.1,<9" \
+	"accelerate>=1.10,<2" "imageio[ffmpeg]>=2.34,<3" "pyserial>=3.5,<4" pandas pillow
+export SLUICE_LEROBOT_PYTHON ?= $(CURDIR)/$(LEROBOT_VENV)/bin/python
+
+$(LEROBOT_VENV)/.installed:
+	python3 -m venv $(LEROBOT_VENV)
+	$(LEROBOT_VENV)/bin/pip install --quiet $(LEROBOT_TORCH)
+	$(LEROBOT_VENV)/bin/pip install --quiet --no-deps lerobot==$(LEROBOT_VERSION)
+	$(LEROBOT_VENV)/bin/pip install --quiet $(LEROBOT_DEPS)
+	$(LEROBOT_VENV)/bin/python -c "import lerobot.datasets.lerobot_dataset, lerobot.processor.normalize_processor"
+	@touch $@
+
+test-lerobot: setup $(LEROBOT_VENV)/.installed
+	$(VENV)/bin/pytest tests/export -q $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check pipeline dags plugins tests

@@ -10,7 +10,7 @@ Task shape of every vendor DAG::
 
     validate_conf → discover → plan → batch[i]: ingest → quality_pre → transcode → quality_post
                                                  → annotate → shard   (mapped over the planned batch ids)
-                  → warehouse_sync → finalize
+                  → dedup → warehouse_sync → finalize
 
 This module is the wiring; the task bodies, a few lines around one :mod:`pipeline.orchestrate` call each,
 are in :mod:`sluice_tasks`. Heavy modules are imported inside them, and nothing here touches a database
@@ -32,7 +32,7 @@ from pipeline.config import StepConfig, VendorConfig, load_vendors
 from pipeline.config.loader import VENDOR_SUFFIXES
 from pipeline.enums import StepName
 from pipeline.errors import ConfigError
-from pipeline.orchestrate.names import DISCOVER, FINALIZE, PLAN, VALIDATE_CONF, WAREHOUSE_SYNC
+from pipeline.orchestrate.names import DEDUP, DISCOVER, FINALIZE, PLAN, VALIDATE_CONF, WAREHOUSE_SYNC
 from pipeline.orchestrate.toggles import toggle_description
 from pipeline.orchestrate.vendors import vendors_folder
 from pipeline.settings import Settings, load_settings
@@ -177,6 +177,11 @@ def build_vendor_dag(
                 previous = current
             return previous
 
+        @task(task_id=DEDUP, pool=CATALOG_POOL, queue=CATALOG_POOL, trigger_rule=TriggerRule.ALL_DONE)
+        def dedup() -> dict[str, Any]:
+            """Group near-duplicate episodes of every vendor (skipped when this run annotated nothing)."""
+            return sluice_tasks.dedup(vendor)
+
         @task(
             task_id=WAREHOUSE_SYNC, pool=CATALOG_POOL, queue=CATALOG_POOL, trigger_rule=TriggerRule.ALL_DONE
         )
@@ -192,7 +197,7 @@ def build_vendor_dag(
         run_id = validate_conf()
         batch_ids = plan(discover(run_id))
         batches = batch.partial(pipeline_run_id=run_id).expand(batch_id=batch_ids)
-        batches >> warehouse_sync() >> finalize()
+        batches >> dedup() >> warehouse_sync() >> finalize()
 
     return vendor_pipeline()
 

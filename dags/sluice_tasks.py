@@ -60,6 +60,20 @@ def plan(vendor: VendorConfig, pipeline_run_id: int) -> list[int]:
     return list(planned["batch_ids"])
 
 
+def dedup(vendor: VendorConfig) -> dict[str, Any]:
+    """dedup: skipped when the run never opened or annotate (which makes the fingerprints) was off."""
+    from pipeline import orchestrate
+
+    context = get_current_context()
+    if context["ti"].xcom_pull(task_ids=VALIDATE_CONF) is None:
+        raise AirflowSkipException("the run was never opened: nothing new to group")
+    toggles = product_call(orchestrate.validate_conf, vendor, context["dag_run"].conf)
+    if not toggles[StepName.ANNOTATE.value]:
+        raise AirflowSkipException("annotate is switched off for this run: no new fingerprints to group")
+    result: dict[str, Any] = with_clients(orchestrate.dedup)
+    return result
+
+
 def sync_warehouse() -> dict[str, Any]:
     """warehouse_sync: skipped when the run never opened or the warehouse module is missing."""
     from pipeline import orchestrate

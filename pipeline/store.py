@@ -108,6 +108,15 @@ class Store:
         """A URL for ``key`` that fsspec can open from anywhere."""
         return self.fs.unstrip_protocol(self.path(key))
 
+    def key_of(self, uri: str) -> str | None:
+        """The key of ``uri`` inside this store (the inverse of :meth:`url`), or None when it lies elsewhere."""
+        path = self.fs._strip_protocol(uri) if "://" in uri else uri
+        if self.local:
+            path = os.path.normpath(path)
+        if path == self.root:
+            return ""
+        return path[len(self.root) + 1 :] if path.startswith(self.root + "/") else None
+
     @staticmethod
     def raw_key(sha256: str) -> str:
         return f"{RAW}/{sha256}"

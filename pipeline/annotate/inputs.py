@@ -6,6 +6,7 @@ Shared by the annotate step, the shard writer's lineage and the LeRobot export.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -14,6 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.enums import SourceKind
+
+#: A clip's file name, as the transcode writes it (``clip_<NNN>.mp4``).
+_CLIP_FILE = re.compile(r"clip_([0-9]+)\.[A-Za-z0-9]+$")
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -94,6 +98,42 @@ def episode_inputs(engine: Engine, episode_ids: list[int]) -> dict[int, EpisodeI
             artifact_sha256=None if a is None else a.sha256,
         )
     return out
+
+
+@dataclass(frozen=True)
+class ClipRef:
+    """One clip of a video episode's latest transcode."""
+
+    artifact_id: int
+    clip_index: int
+    uri: str
+    sha256: str
+
+
+def episode_clips(engine: Engine, episode_id: int) -> list[ClipRef]:
+    """The clips of a video episode's latest transcode (the config hash of its newest clip), in clip order:
+    the same set the warehouse's ``episode_clips`` view shows."""
+    from sqlalchemy import select
+
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.models import Artifact
+    from pipeline.enums import ArtifactKind
+
+    with session_scope(make_session_factory(engine)) as session:
+        rows = session.execute(
+            select(Artifact.id, Artifact.uri, Artifact.sha256, Artifact.config_hash)
+            .where(Artifact.episode_id == episode_id, Artifact.kind == ArtifactKind.CLIP.value)
+            .order_by(Artifact.created_at, Artifact.id)
+        ).all()
+    if not rows:
+        return []
+    latest = rows[-1].config_hash
+    clips = []
+    for r in rows:
+        match = _CLIP_FILE.search(r.uri)
+        if r.config_hash == latest and match is not None:
+            clips.append(ClipRef(r.id, int(match.group(1)), r.uri, r.sha256))
+    return sorted(clips, key=lambda c: c.clip_index)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ import typer
 
 from pipeline.errors import UnknownChoiceError
 
-BENCHMARKS = ("ingest", "read", "transcode", "plan", "stagger", "manifest", "warehouse", "e2e")
+BENCHMARKS = ("ingest", "read", "transcode", "plan", "stagger", "manifest", "warehouse", "dedup", "e2e")
 
 
 def command(

@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 
 #: Defects the demo drops carry, so the gate has something to show.
 ROBOT_DEFECTS = ("truncated", "crc_flipped", "clock_jump", "duplicate", "dropped_frames")
-VIDEO_DEFECTS = ("all_black", "rotated", "corrupt_bitstream", "zero_bytes")
+#: ``reencoded`` is a good clip again, smaller and at another quality: accepted, then grouped with its original
+#: by the near-duplicate grouping, so that the dataset keeps one of the two.
+VIDEO_DEFECTS = ("all_black", "rotated", "corrupt_bitstream", "zero_bytes", "reencoded")
 #: The demo's runs switch on the two steps the example vendors leave off by default, as a user would from
 #: the trigger form, so that every step runs.
 DEMO_RUN_CONF = {"annotate": True, "shard": True}
@@ -173,6 +175,15 @@ def _dataset(settings: Any) -> None:
     )
     for warning in version.warnings:
         warn(warning)
+    paths = _source_paths(
+        ctx.engine, [e for g in version.near_duplicates for e in (g["kept"], *g["dropped"])]
+    )
+    for group in version.near_duplicates:
+        dropped = ", ".join(f"{e} ({paths.get(e, '?')})" for e in group["dropped"])
+        console.print(
+            f"[green]✓[/] near-duplicate group {group['group']}: kept episode {group['kept']} "
+            f"({paths.get(group['kept'], '?')}), left out {dropped}"
+        )
     if version.manifest_uri and version.row_count:
         manifest = open_manifest(
             version.manifest_uri,
@@ -191,6 +202,23 @@ def _dataset(settings: Any) -> None:
             f"[green]✓[/] training rank 0 of 2 memory-mapped its share of the train split: manifest rows "
             f"{manifest.row_start}–{manifest.row_stop} of {manifest.total_rows}; {where}"
         )
+
+
+def _source_paths(engine: Any, episode_ids: list[int]) -> dict[int, str]:
+    """``vendor/path`` of each episode's source file, to name near-duplicates by what the vendor sent."""
+    from sqlalchemy import select
+
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.models import Episode, SourceFile, Vendor
+
+    with session_scope(make_session_factory(engine)) as session:
+        rows = session.execute(
+            select(Episode.id, Vendor.name, SourceFile.path)
+            .join(SourceFile, SourceFile.id == Episode.source_file_id)
+            .join(Vendor, Vendor.id == Episode.vendor_id)
+            .where(Episode.id.in_(episode_ids))
+        ).all()
+    return {r.id: f"{r.name}/{r.path}" for r in rows}
 
 
 def _summary(settings: Any, drops: dict[str, Path]) -> None:

@@ -12,7 +12,9 @@ from pipeline.cli._common import console, context, print_json
 def command(
     dataset_version: str = typer.Argument(..., help="Dataset version as NAME@VERSION."),
     target_shard_bytes: str = typer.Option("256 MiB", "--target-shard-bytes", help="Target shard size."),
-    world_size: int = typer.Option(0, "--world-size", help="Also assign the shards to this many ranks."),
+    world_size: int = typer.Option(
+        0, "--world-size", help="Also assign each split's shards to this many ranks (a rank reads one split)."
+    ),
     verify_only: bool = typer.Option(False, "--verify-only", help="Only verify the recorded shards."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -39,10 +41,11 @@ def command(
         ).scalar_one_or_none()
         if row is None:
             raise UnknownChoiceError("dataset version", dataset_version, ["a recorded NAME@VERSION"])
+        # .all(): dict() of a Result would take it for a mapping (it has keys()) and index it
         manifests = dict(
-            session.execute(
-                select(Manifest.format, Manifest.uri).where(Manifest.dataset_version_id == row)
-            ).tuples()
+            session.execute(select(Manifest.format, Manifest.uri).where(Manifest.dataset_version_id == row))
+            .tuples()
+            .all()
         )
     if not verify_only:
         uri = manifests.get("parquet")
@@ -82,10 +85,18 @@ def command(
         for r, c in zip(records, checks, strict=True)
     ]
     result: dict[str, object] = {"dataset_version": dataset_version, "shards": shards}
+    imbalance: dict[str, float] = {}
     if world_size:
-        assignment = assign_ranks([(r.uri, r.size_bytes) for r in records], world_size)
-        result["ranks"] = [list(r) for r in assignment.ranks]
-        result["imbalance"] = imbalance = assignment.imbalance
+        # Per split: a rank that trains reads train shards only, one that evaluates val shards only.
+        ranks: dict[str, list[list[str]]] = {}
+        for split in sorted({r.split or "" for r in records}):
+            assignment = assign_ranks(
+                [(r.uri, r.size_bytes) for r in records if (r.split or "") == split], world_size
+            )
+            ranks[split] = [list(r) for r in assignment.ranks]
+            imbalance[split] = assignment.imbalance
+        result["ranks"] = ranks
+        result["imbalance"] = imbalance
     if as_json:
         print_json(result)
     else:
@@ -95,7 +106,7 @@ def command(
         )
         for s in bad:
             console.print(f"[red]{s['uri']}[/]: {'; '.join(s['problems'])}", highlight=False)
-        if world_size:
-            console.print(f"{world_size} ranks, imbalance {imbalance:.4f}")
+        for split, value in imbalance.items():
+            console.print(f"{split or 'no split'}: {world_size} ranks, imbalance {value:.4f}")
     if any(not c.ok for c in checks):
         raise typer.Exit(1)

@@ -21,7 +21,9 @@ ROBOT_DEFECT_NAMES = (
     "truncated", "crc_flipped", "non_monotonic", "clock_jump", "dropped_frames", "missing_topic",
     "unknown_encoding", "duplicate", "zero_bytes",
 )  # fmt: skip
-VIDEO_DEFECT_NAMES = ("interlaced", "all_black", "rotated", "corrupt_bitstream", "zero_bytes", "duplicate")
+VIDEO_DEFECT_NAMES = (
+    "interlaced", "all_black", "rotated", "corrupt_bitstream", "zero_bytes", "duplicate", "reencoded",
+)  # fmt: skip
 
 
 def _default_jobs() -> int:

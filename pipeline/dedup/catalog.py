@@ -11,6 +11,7 @@ the thresholds, :attr:`DedupParams.version`):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ from pipeline.dedup.grouping import (
     DedupParams,
     Fingerprint,
     Group,
-    group_near_duplicates,
+    find_groups,
     pick_representatives,
 )
 
@@ -26,7 +27,13 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
     from sqlalchemy.orm import Session
 
+log = logging.getLogger(__name__)
+
 GROUP_ANNOTATOR = "dedup"
+#: First key of the grouping's advisory lock (``pg_advisory_xact_lock(int4, int4)``); any fixed int4 not
+#: used by another lock (datasets use 0x0DA7A5E7).
+DEDUP_LOCK_NAMESPACE = 0x0DED0B
+
 PHASH_KEY = "video_phash.hashes"
 MESSAGE_KEY = "message_fingerprint.combined"
 
@@ -73,9 +80,14 @@ def record_groups(
     representatives: Mapping[str, int],
     params: DedupParams,
 ) -> int:
-    """Record every fingerprinted episode's group (see the module docstring); returns rows written."""
+    """Record every fingerprinted episode's group (see the module docstring); returns rows written.
+
+    A value already recorded under the same thresholds, in the episode's latest grouping, is not written
+    again: a nightly run over every fingerprinted episode writes only what changed.
+    """
     from pipeline.catalog.outputs import record_annotation
 
+    current = _current_values(session, params.version)
     group_of = {e: g for g in groups for e in g.episode_ids}
     rows = 0
     for f in fingerprints:
@@ -86,6 +98,8 @@ def record_groups(
             "dedup.representative": representatives[group.group_id] if group else f.episode_id,
         }
         for key, value in values.items():
+            if current.get((f.episode_id, key), _UNSET) == value:
+                continue
             record_annotation(
                 session,
                 episode_id=f.episode_id,
@@ -98,6 +112,28 @@ def record_groups(
     return rows
 
 
+_UNSET = object()
+
+
+def _current_values(session: Session, version: str) -> dict[tuple[int, str], object]:
+    """(episode, key) -> value of the dedup annotations of episodes whose latest grouping is ``version``."""
+    from sqlalchemy import select
+
+    from pipeline.catalog.models import Annotation
+
+    rows = session.execute(
+        select(Annotation.episode_id, Annotation.annotator_version, Annotation.key, Annotation.value)
+        .where(Annotation.annotator == GROUP_ANNOTATOR)
+        .order_by(Annotation.episode_id, Annotation.updated_at, Annotation.id)
+    ).all()
+    latest_version = {r.episode_id: r.annotator_version for r in rows}  # ordered: the latest row wins
+    return {
+        (r.episode_id, r.key): r.value
+        for r in rows
+        if r.annotator_version == version and latest_version[r.episode_id] == version
+    }
+
+
 def run_dedup(
     engine: Engine,
     params: DedupParams | None = None,
@@ -105,15 +141,40 @@ def run_dedup(
     episode_ids: Sequence[int] | None = None,
     scores: Mapping[int, float] | None = None,
 ) -> tuple[list[Group], dict[str, int]]:
-    """Group the annotated episodes, record the groups, and return (groups, kept episode per group)."""
+    """Group the annotated episodes, record the groups, and return (groups, kept episode per group).
+
+    One transaction under an advisory lock: two vendors' runs finishing together group one after the
+    other, each over everything fingerprinted so far, instead of interleaving their writes.
+    """
+    groups, kept, _ = run_dedup_counted(engine, params, episode_ids=episode_ids, scores=scores)
+    return groups, kept
+
+
+def run_dedup_counted(
+    engine: Engine,
+    params: DedupParams | None = None,
+    *,
+    episode_ids: Sequence[int] | None = None,
+    scores: Mapping[int, float] | None = None,
+) -> tuple[list[Group], dict[str, int], dict[str, int]]:
+    """:func:`run_dedup`, with counts for a task's result: episodes, groups, pairs compared, rows written."""
+    from sqlalchemy import func, select
+
     from pipeline.catalog import make_session_factory, session_scope
 
     params = params or DedupParams()
-    factory = make_session_factory(engine)
-    with session_scope(factory) as session:
+    with session_scope(make_session_factory(engine)) as session:
+        session.execute(select(func.pg_advisory_xact_lock(DEDUP_LOCK_NAMESPACE, 0)))
         prints = load_fingerprints(session, episode_ids)
-    groups = group_near_duplicates(prints, params)
-    kept = pick_representatives(groups, scores)
-    with session_scope(factory) as session:
-        record_groups(session, prints, groups, kept, params)
-    return groups, kept
+        grouping = find_groups(prints, params)
+        kept = pick_representatives(grouping.groups, scores)
+        written = record_groups(session, prints, grouping.groups, kept, params)
+    counts = {
+        "episodes": len(prints),
+        "groups": len(grouping.groups),
+        "grouped_episodes": sum(len(g.episode_ids) for g in grouping.groups),
+        "pairs_compared": grouping.compared,
+        "rows_written": written,
+    }
+    log.info("near-duplicate grouping (%s): %s", params.version, counts)
+    return grouping.groups, kept, counts

@@ -7,19 +7,29 @@ Two episodes are near-duplicates when
 * their videos match: at least ``min_match_fraction`` of the shorter one's frame hashes have a hash in the
   other within ``max_hamming`` bits (the same footage re-encoded, rescaled or cut differently).
 
-Candidate video pairs come from band buckets: each 64-bit hash is cut into ``max_hamming + 1`` bands, and
-two hashes within ``max_hamming`` bits must agree on at least one band (pigeonhole), so bucketing finds every
-matching pair without comparing all pairs. Matches are joined by union-find: groups are the connected
-components, so A~B and B~C put A, B and C in one group.
+Candidate video pairs come from an exact Hamming range search over the frame hashes
+(:mod:`.search`), queried with only a few hashes per episode. Why that misses no matching pair: if the
+shorter video ``a`` (``n`` hashes) matches ``b``, at least ``need = ceil(min_match_fraction * n)`` of its
+hashes have a hash of ``b`` within ``max_hamming`` bits, so at most ``n - need`` do not, and any
+``n - need + 1`` of them hold at least one that does. Each episode queries with its first ``n - need + 1``
+hashes (2 of 8 at the default 0.8) against every indexed hash; the range search returns every hash within
+``max_hamming`` of a query, so ``b`` is a candidate of ``a``. Candidates are then checked exactly
+(:func:`video_match`). Unrelated episodes share no hash within ``max_hamming`` bits (for hashes of random
+bits the chance is 2.4e-10 per pair of hashes), so they are never compared: the work grows with the
+number of hashes, not with the number of episode pairs.
+
+Matches are joined by union-find: groups are the connected components, so A~B and B~C put A, B and C in
+one group.
 """
 
 from __future__ import annotations
 
-import itertools
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from pydantic import Field
 
 from pipeline.annotate.imageops import PHASH_BITS, hamming
@@ -73,11 +83,54 @@ def video_match(a: Sequence[int], b: Sequence[int], params: DedupParams) -> bool
     return found >= params.min_match_fraction * len(short)
 
 
-def _bands(params: DedupParams) -> list[tuple[int, int]]:
-    """(shift, mask) of ``max_hamming + 1`` bands covering the 64 bits."""
-    n = params.max_hamming + 1
-    edges = [round(i * PHASH_BITS / n) for i in range(n + 1)]
-    return [(lo, (1 << (hi - lo)) - 1) for lo, hi in itertools.pairwise(edges)]
+def query_count(n_hashes: int, params: DedupParams) -> int:
+    """How many of a video's ``n_hashes`` hashes must be queried so that no match is missed (module doc)."""
+    return n_hashes - math.ceil(params.min_match_fraction * n_hashes) + 1
+
+
+@dataclass(frozen=True)
+class PairSearch:
+    """What the candidate search found: the pairs it compared and those whose videos match."""
+
+    compared: int
+    video_pairs: list[tuple[int, int]]
+
+
+def video_pairs(prints: Sequence[Fingerprint], params: DedupParams) -> PairSearch:
+    """Episode pairs ``(a, b)``, ``a < b``, whose videos match (module doc: candidates, then exact checks)."""
+    from pipeline.dedup.search import HashIndex
+
+    videos = [f for f in prints if len(f.phashes) >= params.min_hashes]
+    if len(videos) < 2:
+        return PairSearch(0, [])
+    lengths = np.asarray([len(f.phashes) for f in videos], dtype=np.int64)
+    codes = np.fromiter((h for f in videos for h in f.phashes), dtype=np.uint64, count=int(lengths.sum()))
+    owner = np.repeat(np.arange(len(videos)), lengths)
+    first = np.cumsum(lengths) - lengths
+    queried = np.asarray([query_count(int(n), params) for n in lengths], dtype=np.int64)
+    query_pos = np.repeat(first, queried) + (
+        np.arange(int(queried.sum())) - np.repeat(np.cumsum(queried) - queried, queried)
+    )
+    q, i = HashIndex(codes, params.max_hamming).near_pairs(codes[query_pos])
+    a, b = owner[query_pos[q]], owner[i]
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    keys = np.unique(lo[lo != hi] * len(videos) + hi[lo != hi])
+    matched = []
+    for key in keys.tolist():
+        x, y = divmod(key, len(videos))
+        if _match_arrays(
+            codes[first[x] : first[x] + lengths[x]], codes[first[y] : first[y] + lengths[y]], params
+        ):
+            ex, ey = videos[x].episode_id, videos[y].episode_id
+            matched.append((min(ex, ey), max(ex, ey)))
+    return PairSearch(len(keys), sorted(matched))
+
+
+def _match_arrays(a: np.ndarray, b: np.ndarray, params: DedupParams) -> bool:
+    """:func:`video_match` on arrays of hashes (one comparison of every hash of ``a`` with every one of ``b``)."""
+    close = np.bitwise_count(a[:, None] ^ b[None, :]) <= params.max_hamming
+    found = int(close.any(axis=1).sum()) if len(a) <= len(b) else int(close.any(axis=0).sum())
+    return found >= params.min_match_fraction * min(len(a), len(b))
 
 
 class _UnionFind:
@@ -102,6 +155,19 @@ def group_near_duplicates(
     fingerprints: Iterable[Fingerprint], params: DedupParams | None = None
 ) -> list[Group]:
     """Groups of two or more near-duplicate episodes (episodes without a duplicate are in none)."""
+    return find_groups(fingerprints, params).groups
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """Groups, and how many episode pairs the candidate search had compared to find them."""
+
+    groups: list[Group]
+    compared: int
+
+
+def find_groups(fingerprints: Iterable[Fingerprint], params: DedupParams | None = None) -> Grouping:
+    """:func:`group_near_duplicates` with the candidate search's count of compared pairs."""
     params = params or DedupParams()
     prints = {f.episode_id: f for f in fingerprints}
     uf = _UnionFind(prints)
@@ -116,35 +182,25 @@ def group_near_duplicates(
             uf.union(same[0], other)
             why[(min(same[0], other), max(same[0], other))].add("message")
 
-    buckets: dict[tuple[int, int], set[int]] = defaultdict(set)
-    bands = _bands(params)
-    for f in prints.values():
-        if len(f.phashes) < params.min_hashes:
-            continue
-        for h in f.phashes:
-            for band, (shift, mask) in enumerate(bands):
-                buckets[(band, (h >> shift) & mask)].add(f.episode_id)
-    candidates: set[tuple[int, int]] = set()
-    for bucket in buckets.values():
-        if len(bucket) > 1:
-            ordered = sorted(bucket)
-            candidates.update((a, b) for i, a in enumerate(ordered) for b in ordered[i + 1 :])
-    for a, b in sorted(candidates):
-        if video_match(prints[a].phashes, prints[b].phashes, params):
-            uf.union(a, b)
-            why[(a, b)].add("video")
+    search = video_pairs(list(prints.values()), params)
+    for a, b in search.video_pairs:
+        uf.union(a, b)
+        why[(a, b)].add("video")
 
     members_of: dict[int, list[int]] = defaultdict(list)
     for episode_id in prints:
         members_of[uf.find(episode_id)].append(episode_id)
-    groups = []
-    for root, component in sorted(members_of.items()):
-        if len(component) < 2:
-            continue
-        ids: tuple[int, ...] = tuple(sorted(component))
-        reasons = sorted({r for (a, b), rs in why.items() if a in ids for r in rs})
-        groups.append(Group(group_id=f"g{root}", episode_ids=ids, reasons=tuple(reasons)))
-    return groups
+    reasons_of: dict[int, set[str]] = defaultdict(set)
+    for (a, _), reasons in why.items():
+        reasons_of[uf.find(a)] |= reasons
+    groups = [
+        Group(
+            group_id=f"g{root}", episode_ids=tuple(sorted(component)), reasons=tuple(sorted(reasons_of[root]))
+        )
+        for root, component in sorted(members_of.items())
+        if len(component) > 1
+    ]
+    return Grouping(groups, search.compared)
 
 
 def pick_representatives(

@@ -36,6 +36,15 @@ log = logging.getLogger(__name__)
 X264_OPTIONS = {"crf": "23", "preset": "veryfast", "bf": "0", "forced-idr": "1"}
 
 
+#: Splits in the order the export writes their episodes.
+SPLIT_ORDER = {"train": 0, "val": 1, "eval": 2}
+#: Why a video vendor's clips are not in an export of robot episodes.
+VIDEO_RULE = (
+    "a LeRobot dataset gives every episode the same features, and a video clip has no observation.state or "
+    "action stream nor the robot's cameras: export video episodes as a dataset of their own"
+)
+
+
 class ExportError(SluiceError):
     """The export cannot be made or failed one of its checks (nothing is published)."""
 
@@ -82,20 +91,24 @@ def export_dataset_version(
         ).scalar_one_or_none()
         if version_id is None:
             raise ExportError(f"no dataset version {name}@{version} in the catalog")
-        episode_ids = sorted(
+        split_of_episode = dict(
             session.execute(
-                select(DatasetVersionEpisode.episode_id).where(
+                select(DatasetVersionEpisode.episode_id, DatasetVersionEpisode.split).where(
                     DatasetVersionEpisode.dataset_version_id == version_id
                 )
-            ).scalars()
+            )
+            .tuples()
+            .all()
         )
+    # split by split (lerobot's info.json names each split as one range of episode indices), by id within
+    episode_ids = sorted(split_of_episode, key=lambda e: (SPLIT_ORDER.get(split_of_episode[e] or "", 3), e))
     refs = episode_inputs(engine, episode_ids)
     episodes: list[tuple[int, str, EpisodeFrames]] = []
     skipped = []
     for episode_id in episode_ids:
         ref = refs[episode_id]
         if ref.kind is not SourceKind.MCAP:
-            skipped.append({"episode_id": episode_id, "why": "a video clip has no state or action stream"})
+            skipped.append({"episode_id": episode_id, "why": VIDEO_RULE})
             continue
         with local_file(ref.uri) as path:
             from pipeline.annotate.source import EpisodeSource
@@ -103,16 +116,33 @@ def export_dataset_version(
             topics = EpisodeSource(episode_id, ref.kind, path, ref.sha256).topics
             frames = read_episode(path, camera_topics(topics), "/robot/joint_states", "/robot/action")
         episodes.append((episode_id, ref.task or "", frames))
-    report = write_lerobot(episodes, out, robot_type=robot_type)
+    report = write_lerobot(
+        episodes,
+        out,
+        robot_type=robot_type,
+        splits=[split_of_episode[e] or "train" for e, _, _ in episodes],
+    )
     report.skipped = skipped
     _write_report(out, report)
     return report
 
 
 def write_lerobot(
-    episodes: list[tuple[int, str, EpisodeFrames]], out: Path, *, robot_type: str | None = None
+    episodes: list[tuple[int, str, EpisodeFrames]],
+    out: Path,
+    *,
+    robot_type: str | None = None,
+    splits: list[str] | None = None,
 ) -> ExportReport:
-    """Write ``(source episode id, task, frames)`` as a LeRobot v3.0 dataset at ``out``; returns the report."""
+    """Write ``(source episode id, task, frames)`` as a LeRobot v3.0 dataset at ``out``; returns the report.
+
+    ``splits[i]`` is episode ``i``'s split (all ``train`` when None). lerobot's ``info.json`` names a split
+    as one range of episode indices, so the episodes of a split must be contiguous: callers pass them in
+    split order (train, val, eval), and other orders are refused.
+    """
+    split_of = splits if splits is not None else ["train"] * len(episodes)
+    if len(split_of) != len(episodes):
+        raise ExportError(f"{len(split_of)} splits for {len(episodes)} episodes")
     if out.exists():
         raise ExportError(f"{out} exists; give a new folder (an export is never merged into another)")
     if not episodes:
@@ -130,7 +160,7 @@ def write_lerobot(
     staging = out.with_name(f".{out.name}.{uuid.uuid4().hex}.part")
     staging.mkdir(parents=True)
     try:
-        report = _write(episodes, staging, rate, cameras, robot_type)
+        report = _write(episodes, staging, rate, cameras, robot_type, _split_ranges(split_of, len(episodes)))
         report.out = str(out)
         if not report.ok:
             raise ExportError(f"export checks failed: {[k for k, v in report.checks.items() if not v]}")
@@ -147,6 +177,7 @@ def _write(
     fps: int,
     cameras: list[str],
     robot_type: str | None,
+    splits: dict[str, str],
 ) -> ExportReport:
     tasks = sorted({task for _, task, _ in episodes})
     task_index = {t: i for i, t in enumerate(tasks)}
@@ -258,7 +289,7 @@ def _write(
         "data_files_size_in_mb": layout.DATA_FILES_SIZE_IN_MB,
         "video_files_size_in_mb": layout.VIDEO_FILES_SIZE_IN_MB,
         "fps": fps,
-        "splits": {"train": f"0:{len(episodes)}"},
+        "splits": splits,
         "data_path": layout.DATA_PATH,
         "video_path": layout.VIDEO_PATH,
         "features": features,
@@ -268,6 +299,19 @@ def _write(
     report = ExportReport(out=str(root), episodes=len(episodes), frames=start)
     check_export(root, report)
     return report
+
+
+def _split_ranges(split_of: list[str], n: int) -> dict[str, str]:
+    """``{"train": "0:3", "val": "3:4"}`` as lerobot's ``info.json`` writes splits (``start:stop`` indices)."""
+    ranges: dict[str, str] = {}
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or split_of[i] != split_of[start]:
+            if split_of[start] in ranges:
+                raise ExportError(f"the episodes of split {split_of[start]!r} are not contiguous")
+            ranges[split_of[start]] = f"{start}:{i}"
+            start = i
+    return ranges
 
 
 def check_export(root: Path, report: ExportReport) -> None:
@@ -336,14 +380,28 @@ def _encode_camera(path: Path, episodes: list[np.ndarray], fps: int) -> tuple[in
     return eh, ew
 
 
+#: The quantiles lerobot computes per feature (``lerobot.datasets.compute_stats.DEFAULT_QUANTILES``) and
+#: reads for its QUANTILES (q01, q99) and QUANTILE10 (q10, q90) normalization modes.
+QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
+QUANTILE_KEYS = tuple(f"q{round(q * 100):02d}" for q in QUANTILES)
+#: Frames of 300 px and more are subsampled to about 150 px for their statistics, as lerobot does.
+IMAGE_STATS_MAX_PX = 300
+IMAGE_STATS_TARGET_PX = 150
+
+
 def _feature_stats(values: np.ndarray) -> dict[str, Any]:
-    return {
+    """lerobot's per-episode statistics of ``values`` (rows = samples): min, max, mean, std, count and the
+    quantiles (exact here; lerobot interpolates a 5,000-bin histogram, within 1/5,000 of the range)."""
+    stats = {
         "min": values.min(axis=0),
         "max": values.max(axis=0),
         "mean": values.mean(axis=0),
         "std": values.std(axis=0),
         "count": np.array([len(values)]),
     }
+    for key, q in zip(QUANTILE_KEYS, QUANTILES, strict=True):
+        stats[key] = np.quantile(values, q, axis=0)
+    return stats
 
 
 def _episode_stats(frames: EpisodeFrames) -> dict[str, dict[str, Any]]:
@@ -361,19 +419,20 @@ def _episode_stats(frames: EpisodeFrames) -> dict[str, dict[str, Any]]:
             images[np.unique(np.linspace(0, n - 1, min(n, 100)).round().astype(int))].astype(np.float64)
             / 255.0
         )
-        per = picks.transpose(3, 0, 1, 2).reshape(3, -1)
+        h, w = picks.shape[1:3]
+        if max(h, w) >= IMAGE_STATS_MAX_PX:  # lerobot's auto_downsample_height_width: to about 150 px
+            step = int(w / IMAGE_STATS_TARGET_PX) if w > h else int(h / IMAGE_STATS_TARGET_PX)
+            picks = picks[:, ::step, ::step]
+        per = _feature_stats(picks.reshape(-1, 3))
         stats[layout.IMAGE_PREFIX + cam] = {
-            "min": per.min(axis=1)[:, None, None],
-            "max": per.max(axis=1)[:, None, None],
-            "mean": per.mean(axis=1)[:, None, None],
-            "std": per.std(axis=1)[:, None, None],
-            "count": np.array([len(picks)]),
-        }
+            k: v if k == "count" else v[:, None, None] for k, v in per.items()
+        } | {"count": np.array([len(picks)])}
     return stats
 
 
 def _aggregate(per_episode: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Dataset stats from episode stats: count-weighted mean, pooled variance, min of mins, max of maxes."""
+    """Dataset stats from episode stats: count-weighted mean, pooled variance, min of mins, max of maxes, and
+    count-weighted means of the quantiles (what lerobot's ``aggregate_stats`` computes)."""
     out: dict[str, dict[str, Any]] = {}
     for key in per_episode[0]:
         parts = [e[key] for e in per_episode]
@@ -392,6 +451,9 @@ def _aggregate(per_episode: list[dict[str, dict[str, Any]]]) -> dict[str, dict[s
             "std": np.sqrt(var).tolist(),
             "count": [int(counts.sum())],
         }
+        for q in QUANTILE_KEYS:
+            # as lerobot's aggregate_stats does: the count-weighted mean of the episodes' quantiles
+            out[key][q] = ((np.stack([p[q] for p in parts]) * weights).sum(axis=0) / counts.sum()).tolist()
     return out
 
 

@@ -8,6 +8,7 @@ A vendor's run, task by task (``dags/sluice_factory.py`` wires them into one DAG
     planned = plan(ctx, vendor, run_id)                            # batches in the catalog + store
     for batch_id in planned["batch_ids"]:                          # mapped tasks, one step each
         run_batch_step(settings, vendor, "ingest", run_id, batch_id, start_offset=True)
+    dedup(ctx)                                                     # near-duplicate groups, all vendors
     warehouse_sync(ctx)                                            # DuckDB catches up
     finalize(ctx, vendor, run_id, task_states)                     # outcome from the tasks' states
 
@@ -25,6 +26,7 @@ from pipeline.orchestrate.batch import (
     run_batch_step,
 )
 from pipeline.orchestrate.names import (
+    DEDUP,
     DISCOVER,
     FINALIZE,
     HEAVY_STEPS,
@@ -36,11 +38,12 @@ from pipeline.orchestrate.names import (
 )
 from pipeline.orchestrate.outcome import RunDecision, TaskState, decide_outcome
 from pipeline.orchestrate.planning import BatchPlan, PlannedBatch, PlannedFile, make_plan, plan
-from pipeline.orchestrate.run import discover, finalize, start_run, warehouse_sync
+from pipeline.orchestrate.run import dedup, discover, finalize, start_run, warehouse_sync
 from pipeline.orchestrate.toggles import ALLOWED_CONF_KEYS, toggle_description, validate_conf
 
 __all__ = [
     "ALLOWED_CONF_KEYS",
+    "DEDUP",
     "DISCOVER",
     "FINALIZE",
     "HEAVY_STEPS",
@@ -56,6 +59,7 @@ __all__ = [
     "RunDecision",
     "TaskState",
     "decide_outcome",
+    "dedup",
     "default_executor",
     "discover",
     "finalize",

@@ -11,6 +11,8 @@ from pipeline.enums import StepName
 VALIDATE_CONF = "validate_conf"
 DISCOVER = "discover"
 PLAN = "plan"
+#: Near-duplicate grouping across every vendor's episodes, after the batches and before the warehouse sync.
+DEDUP = "dedup"
 WAREHOUSE_SYNC = "warehouse_sync"
 FINALIZE = "finalize"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipeline.enums import RunOutcome
-from pipeline.orchestrate.names import RUN_TASKS, STEP_ORDER, WAREHOUSE_SYNC
+from pipeline.orchestrate.names import DEDUP, RUN_TASKS, STEP_ORDER, WAREHOUSE_SYNC
 
 if TYPE_CHECKING:
     from pipeline.config import VendorConfig
@@ -78,6 +78,9 @@ def decide_outcome(
             "detail": f"failed in {len(failed)} of {len(instances)} batch(es)",
         }
         (failures if critical else warnings).append(entry)
+    if any(ti.state == FAILED for ti in by_task.get(DEDUP, [])):
+        # Groups are decided over everything fingerprinted: the next run's grouping catches up.
+        warnings.append({"step": DEDUP, "critical": False, "detail": "near-duplicate grouping failed"})
     if any(ti.state == FAILED for ti in by_task.get(WAREHOUSE_SYNC, [])):
         # The catalog holds everything; a stale warehouse is caught up by the next run's sync.
         warnings.append({"step": WAREHOUSE_SYNC, "critical": False, "detail": "warehouse sync failed"})

@@ -151,6 +151,19 @@ def warehouse_sync(ctx: StepContext) -> dict[str, Any]:
     }
 
 
+def dedup(ctx: StepContext) -> dict[str, Any]:
+    """Group near-duplicate episodes over everything fingerprinted so far, every vendor's (counts for XCom).
+
+    Run-level, not a batch step: a group joins episodes of other batches, runs and vendors, so it can only
+    be decided over all of them; and before the warehouse sync, so that the sync brings this run's groups
+    (``dedup_group`` in ``episode_view``) to the dataset builds that act on them.
+    """
+    from pipeline.dedup.catalog import run_dedup_counted
+
+    _, _, counts = run_dedup_counted(ctx.engine)
+    return {"status": "grouped", **counts}
+
+
 def finalize(
     ctx: StepContext | None,
     vendor: VendorConfig,

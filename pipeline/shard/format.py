@@ -1,14 +1,17 @@
 """The on-disk format of a shard: WebDataset tar files with a member index beside each.
 
 A shard is a POSIX tar (PAX) whose members are grouped into samples by key (the name up to the first dot),
-as WebDataset reads them. One sample is one episode artifact of a dataset version:
+as WebDataset reads them. One sample is one artifact a dataset version's manifest rows point at: a robot
+episode's transcoded MCAP, or one clip of a video episode (a video's manifest has a row per clip):
 
 * ``<key>.json`` – the manifest rows of that artifact (its time windows), the episode id, the sha256 of the
   raw source, the artifact's URI and sha256: enough to trace the sample to the raw file, the code and the
-  config that made it;
+  config that made it. URIs are keys relative to the store (``derived/transcode/...``), so that a copy of
+  the store elsewhere (another bucket, a node's local disk) reads the same shards;
 * ``<key>.<ext>`` – the artifact's bytes (``.mcap`` for a transcoded episode, ``.mp4`` for a clip).
 
-Keys are ``e<episode id>-<source sha256>``: unique per episode, and they carry the lineage in the name.
+Keys are ``e<episode id>-<source sha256>`` for an episode and ``e<episode id>-<source sha256>-c<clip
+index>`` for a clip: unique per sample, stable across versions, and they carry the lineage in the name.
 Members are written deterministically (mtime 0, uid/gid 0, mode 0444, no user names), so the same rows give
 byte-identical shards and a re-run after a crash writes the same file again.
 
@@ -34,19 +37,22 @@ TAR_RECORD: Final = 20 * TAR_BLOCK
 EPISODE_SHARDS_DATASET: Final = "_episodes"
 SAMPLE_JSON: Final = "json"
 
-_KEY = re.compile(r"^e(\d+)-([0-9a-f]{64})$")
+_KEY = re.compile(r"^e(\d+)-([0-9a-f]{64})(?:-c(\d+))?$")
 
 
-def sample_key(episode_id: int | str, source_sha256: str) -> str:
-    """The WebDataset key of an episode's sample: ``e<episode id>-<source sha256>`` (no dots)."""
-    return f"e{int(episode_id)}-{source_sha256}"
+def sample_key(episode_id: int | str, source_sha256: str, clip_index: int | None = None) -> str:
+    """The WebDataset key of a sample: ``e<episode id>-<source sha256>[-c<clip index>]`` (no dots)."""
+    key = f"e{int(episode_id)}-{source_sha256}"
+    return key if clip_index is None else f"{key}-c{int(clip_index):03d}"
 
 
 def parse_sample_key(key: str) -> tuple[int, str]:
     """(episode id, source sha256) of a sample key; ValueError naming the expected form otherwise."""
     match = _KEY.match(key)
     if match is None:
-        raise ValueError(f"sample key {key!r} is not of the form e<episode id>-<64 hex digits>")
+        raise ValueError(
+            f"sample key {key!r} is not of the form e<episode id>-<64 hex digits>[-c<clip index>]"
+        )
     return int(match.group(1)), match.group(2)
 
 

@@ -46,7 +46,8 @@ NO_SPLIT = ""
 
 @dataclass(frozen=True)
 class SampleSpec:
-    """One sample: an episode artifact and the manifest rows (time windows) that point at it."""
+    """One sample: an artifact (an episode's, or one clip of a video) and the manifest rows (time windows)
+    that point at it."""
 
     key: str
     episode_id: int
@@ -92,7 +93,11 @@ class ShardPlan:
 
 
 def plan_samples(rows: Iterable[Mapping[str, Any]]) -> list[SampleSpec]:
-    """Group manifest rows into samples: one per (split, episode, artifact URI), in first-seen order."""
+    """Group manifest rows into samples: one per (split, episode, artifact URI), in first-seen order.
+
+    A row with a ``clip_index`` (a clip of a video episode) gives its sample a key of its own; rows of one
+    artifact must agree on it.
+    """
     grouped: dict[tuple[str, int, str], list[Mapping[str, Any]]] = {}
     for row in rows:
         try:
@@ -112,6 +117,12 @@ def plan_samples(rows: Iterable[Mapping[str, Any]]) -> list[SampleSpec]:
         shas = {r["source_sha256"] for r in group}
         if len(shas) != 1:
             raise ShardInputError(f"episode {episode_id} rows name {len(shas)} different source sha256s")
+        clips = {r.get("clip_index") for r in group}
+        if len(clips) != 1:
+            raise ShardInputError(
+                f"episode {episode_id}: rows of {uri} name clip indices {sorted(map(str, clips))}"
+            )
+        clip = clips.pop()
         fs, path = fsspec.core.url_to_fs(uri)
         try:
             size = int(fs.size(path))
@@ -120,7 +131,7 @@ def plan_samples(rows: Iterable[Mapping[str, Any]]) -> list[SampleSpec]:
         ext = PurePosixPath(path).suffix.lstrip(".").lower() or _sniff_ext(fs, path)
         samples.append(
             SampleSpec(
-                key=sample_key(episode_id, shas.pop()),
+                key=sample_key(episode_id, shas.pop(), None if clip is None else int(clip)),
                 episode_id=episode_id,
                 source_sha256=group[0]["source_sha256"],
                 uri=uri,
@@ -341,12 +352,15 @@ def _write_tar(
                         "key": sample.key,
                         "episode_id": sample.episode_id,
                         "source_sha256": sample.source_sha256,
-                        "artifact_uri": sample.uri,
+                        "artifact_uri": _relative(store, sample.uri),
                         "artifact_sha256": reader.digest.hexdigest(),
                         "artifact_size_bytes": sample.size_bytes,
                         "payload": payload,
                         "split": sample.split or None,
-                        "rows": list(sample.rows),
+                        "rows": [
+                            {**row, "uri": _relative(store, str(row["uri"]))} if "uri" in row else dict(row)
+                            for row in sample.rows
+                        ],
                     },
                     sort_keys=True,
                     separators=(",", ":"),
@@ -368,6 +382,12 @@ def _write_tar(
         n_episodes=n_episodes,
         members=tuple(members),
     )
+
+
+def _relative(store: Store, uri: str) -> str:
+    """``uri`` as a key of ``store`` (what a shard records), or unchanged when it lies outside the store."""
+    key = store.key_of(uri)
+    return uri if key is None else key
 
 
 def _data_offset(tar: tarfile.TarFile, info: tarfile.TarInfo) -> int:

@@ -80,8 +80,9 @@ class VideoDropConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> VideoDropConfig:
         check_frame_size(self.width, self.height)
-        if VideoDefect.DUPLICATE in self.defects and self.clips < 1:
-            raise ValueError("defect 'duplicate' copies a clean clip; clips must be >= 1")
+        for copies in (VideoDefect.DUPLICATE, VideoDefect.REENCODED):
+            if copies in self.defects and self.clips < 1:
+                raise ValueError(f"defect {copies.value!r} copies a clean clip; clips must be >= 1")
         return self
 
     @property

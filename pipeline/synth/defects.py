@@ -20,7 +20,7 @@ from pipeline.synth import layout
 from pipeline.synth.drop import DropFile, describe_file
 from pipeline.synth.mutate import damage_h264_samples, flip_chunk_crc, truncate_mid_chunk
 from pipeline.synth.robot import EpisodeMedia, EpisodeSpec, EpisodeTweaks, write_episode
-from pipeline.synth.video import ClipMedia, ClipSpec, ClipTweaks, write_clip
+from pipeline.synth.video import ClipMedia, ClipSpec, ClipTweaks, reencode_clip, write_clip
 
 
 class DefectError(SluiceError, ValueError):
@@ -50,6 +50,9 @@ class VideoDefect(StrEnum):
     CORRUPT_BITSTREAM = "corrupt_bitstream"
     ZERO_BYTES = "zero_bytes"
     DUPLICATE = "duplicate"
+    #: A clean clip again, re-encoded smaller and at another quality: no gate flags it (it is a good clip);
+    #: near-duplicate grouping puts it in its original's group.
+    REENCODED = "reencoded"
 
 
 # The reason code each defect must be reported with (none for an exact duplicate: its state says it).
@@ -62,6 +65,7 @@ EXPECTED_REASONS: dict[str, tuple[ReasonCode, ...]] = {
     "missing_topic": (ReasonCode.MISSING_REQUIRED_TOPIC,),
     "unknown_encoding": (ReasonCode.UNSUPPORTED_ENCODING,),
     "duplicate": (),
+    "reencoded": (),
     "zero_bytes": (ReasonCode.ZERO_BYTES,),
     "interlaced": (ReasonCode.INTERLACED,),
     "all_black": (ReasonCode.BLANK_VIDEO,),
@@ -87,6 +91,8 @@ def expected_outcome(defect: str | None) -> tuple[FileState, tuple[ReasonCode, .
     reasons = EXPECTED_REASONS[defect]
     if defect == "duplicate":
         return FileState.DUPLICATE, reasons
+    if not reasons:
+        return FileState.ACCEPTED, reasons
     if any(REASON_SEVERITY[r] is Severity.QUARANTINE for r in reasons):
         return FileState.QUARANTINED, reasons
     return FileState.ACCEPTED_WITH_FLAGS, reasons
@@ -274,6 +280,29 @@ def _video_duplicate(slot: VideoSlot) -> DropFile:
     return _copy_of(slot, VideoDefect.DUPLICATE)
 
 
+#: The re-encode of a ``reencoded`` copy: 5/4 of the size (a smaller copy of the 320x240 default would fall
+#: below the example video contract's 320x240 minimum and be quarantined), lower quality, no B-frames, another GOP.
+REENCODE_SCALE = 1.25
+REENCODE_CRF = 30
+REENCODE_GOP_FRAMES = 15
+
+
+def _video_reencoded(slot: VideoSlot) -> DropFile:
+    if slot.source is None:
+        raise DefectError(
+            "defect 'reencoded' needs a clean clip to re-encode; ask for at least one clean clip"
+        )
+    reencode_clip(
+        slot.root / slot.source.path,
+        slot.path,
+        scale=REENCODE_SCALE,
+        crf=REENCODE_CRF,
+        gop_frames=REENCODE_GOP_FRAMES,
+    )
+    details = {"near_duplicate_of": slot.source.path, "scale": REENCODE_SCALE, "crf": REENCODE_CRF}
+    return _describe(slot, VideoDefect.REENCODED, _slot_ids(slot) | {"details": details})
+
+
 VIDEO_DEFECTS: dict[VideoDefect, Callable[[VideoSlot], DropFile]] = {
     VideoDefect.INTERLACED: _video_interlaced,
     VideoDefect.ALL_BLACK: _video_all_black,
@@ -281,4 +310,5 @@ VIDEO_DEFECTS: dict[VideoDefect, Callable[[VideoSlot], DropFile]] = {
     VideoDefect.CORRUPT_BITSTREAM: _video_corrupt_bitstream,
     VideoDefect.ZERO_BYTES: _video_zero_bytes,
     VideoDefect.DUPLICATE: _video_duplicate,
+    VideoDefect.REENCODED: _video_reencoded,
 }

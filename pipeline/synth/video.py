@@ -164,3 +164,26 @@ def _weave_bottom_field(top: np.ndarray, bottom: np.ndarray, width: int, height:
     for start, stop in ((luma, luma * 5 // 4), (luma * 5 // 4, luma * 3 // 2)):
         t = top_flat[start:stop].reshape(height // 2, width // 2)
         t[1::2] = bottom_flat[start:stop].reshape(height // 2, width // 2)[1::2]
+
+
+def reencode_clip(src: Path, dst: Path, *, scale: float, crf: int, gop_frames: int) -> int:
+    """Decode ``src`` and encode it again at ``scale`` of its size (even dimensions), ``crf`` and GOP, without
+    B-frames, as another vendor's or a re-export's copy of the same footage; returns the frames written."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with av.open(str(src)) as inp, av.open(str(dst), "w", format="mp4") as out:
+        source = inp.streams.video[0]
+        rate = source.average_rate or Fraction(30)
+        stream = out.add_stream("libx264", rate=rate)
+        stream.width = max(2, int(source.codec_context.width * scale) // 2 * 2)
+        stream.height = max(2, int(source.codec_context.height * scale) // 2 * 2)
+        stream.pix_fmt = "yuv420p"
+        frame_time = Fraction(1) / Fraction(rate)
+        stream.options = {"crf": str(crf), "g": str(gop_frames), "bf": "0", "threads": str(X264_THREADS)}
+        for frame in inp.decode(source):
+            small = frame.reformat(width=stream.width, height=stream.height, format="yuv420p")
+            small.pts, small.time_base = written, frame_time
+            out.mux(stream.encode(small))
+            written += 1
+        out.mux(stream.encode(None))
+    return written

@@ -122,3 +122,17 @@ def test_demo_runs_both_vendor_dags_end_to_end_through_the_scheduler(
     assert list((store / "shards").rglob("*.tar"))
     assert (store / "manifests" / "demo_accepted" / "v1").is_dir()
     assert "training rank 0 of 2 memory-mapped its share of the train split" in done.stdout
+
+    # The re-encoded clip was accepted, grouped with its original, and the dataset kept one of the two.
+    copy = next(f for f in drops["northwind_video"]["files"] if f["defect"] == "reencoded")
+    original = copy["details"]["near_duplicate_of"]
+    shown = next(line for line in done.stdout.splitlines() if "near-duplicate group" in line)
+    assert f"northwind_video/{original}" in shown and f"northwind_video/{copy['path']}" in shown, shown
+    kept = int(shown.split("kept episode ")[1].split()[0])
+    dataset = json.loads(
+        runner.invoke(
+            app, ["dataset", "show", "demo_accepted@v1", "--json"], env=cli_env, catch_exceptions=False
+        ).output
+    )
+    (group,) = dataset["near_duplicates"]
+    assert group["kept"] == kept and len(group["dropped"]) == 1

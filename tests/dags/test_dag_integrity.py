@@ -103,8 +103,9 @@ def test_dag_settings_come_from_the_vendor_config(repo_bag: Any, vendor_file: Pa
 
 
 def test_task_topology(repo_bag: Any) -> None:
-    """validate_conf → discover → plan → per batch (mapped) the six steps in order → warehouse_sync → finalize."""
-    chain = ["validate_conf", "discover", "plan", *STEPS, "warehouse_sync", "finalize"]
+    """validate_conf → discover → plan → per batch (mapped) the six steps in order → dedup → warehouse_sync
+    → finalize."""
+    chain = ["validate_conf", "discover", "plan", *STEPS, "dedup", "warehouse_sync", "finalize"]
     for dag in repo_bag.dags.values():
         assert set(dag.task_ids) == set(chain)
         for upstream, downstream in itertools.pairwise(chain):
@@ -118,7 +119,7 @@ def test_task_topology(repo_bag: Any) -> None:
         mapped = {t.task_id for t in dag.tasks if t.get_closest_mapped_task_group() is not None}
         assert mapped == set(STEPS)
         assert {t.task_group.group_id for t in dag.tasks if t.task_id in STEPS} == {"batch"}
-        for task_id in ("warehouse_sync", "finalize"):
+        for task_id in ("dedup", "warehouse_sync", "finalize"):
             assert dag.get_task(task_id).trigger_rule == "all_done"
 
 

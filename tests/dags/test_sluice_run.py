@@ -76,6 +76,15 @@ def test_sluice_run_on_a_vendor_whose_source_is_missing_fails_and_says_so(
         f"discover failed: SourceMissingError: source_missing: the vendor's source folder {vendor.drop}_typo does not exist"
         in message
     )
+    # Recorded on the run as a critical entry naming the folder, so the report and status say it too.
+    ((outcome, warnings),) = vendor.catalog(
+        "SELECT r.outcome, r.warnings FROM pipeline_runs r JOIN vendors v ON v.id = r.vendor_id "
+        "WHERE v.name = :vendor"
+    )
+    (entry,) = [w for w in warnings if w["step"] == "discover"]
+    assert outcome == "failed"
+    assert (entry["code"], entry["critical"]) == ("source_missing", True)
+    assert f"{vendor.drop}_typo" in entry["detail"]
 
 
 def test_sluice_run_refuses_bad_requests_before_triggering_anything(

@@ -6,6 +6,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+import numpy as np
 import pytest
 from mcap.reader import make_reader
 from mcap.writer import CompressionType, Writer
@@ -18,10 +19,14 @@ from pipeline.dedup import (
     DedupParams,
     Fingerprint,
     Group,
+    find_groups,
     group_near_duplicates,
     pick_representatives,
     run_dedup,
+    video_match,
 )
+from pipeline.dedup.grouping import video_pairs
+from pipeline.dedup.search import HashIndex
 from pipeline.steps.annotate import AnnotateStep
 from pipeline.steps.runner import run_step
 from pipeline.synth import RobotDropConfig, VideoDropConfig, make_robot_drop, make_video_drop
@@ -44,6 +49,62 @@ def test_union_find_joins_chains_and_reps_prefer_scores() -> None:
     assert pick_representatives(groups) == {"g1": 1, "g3": 3}
     assert pick_representatives(groups, {2: 0.9, 6: 0.5, 5: 0.1}) == {"g1": 2, "g3": 5}
     assert pick_representatives([Group("g9", (9, 10))], {10: None}) == {"g9": 9}  # type: ignore[dict-item]
+
+
+def _brute_force_pairs(codes: np.ndarray, queries: np.ndarray, radius: int) -> set[tuple[int, int]]:
+    d = np.bitwise_count(queries[:, None] ^ codes[None, :])
+    return {(int(q), int(i)) for q, i in zip(*np.nonzero(d <= radius), strict=True)}
+
+
+@pytest.mark.parametrize("radius", [0, 3, 8, 11])
+def test_range_search_finds_exactly_the_pairs_brute_force_finds(radius: int) -> None:
+    rng = np.random.default_rng(radius)
+    codes = rng.integers(0, 2**64, size=3000, dtype=np.uint64)
+    # queries at every distance 0 .. radius + 3 from an indexed hash, and unrelated ones
+    flips = [rng.choice(64, size=d, replace=False) for d in range(radius + 4) for _ in range(20)]
+    near = [int(codes[k]) ^ sum(1 << int(b) for b in bits) for k, bits in enumerate(flips)]
+    queries = np.asarray(near + rng.integers(0, 2**64, size=200, dtype=np.uint64).tolist(), dtype=np.uint64)
+    q, i = HashIndex(codes, radius).near_pairs(queries)
+    found = list(zip(q.tolist(), i.tolist(), strict=True))
+    assert len(found) == len(set(found))  # each pair once
+    assert set(found) == _brute_force_pairs(codes, queries, radius)
+    assert sum(1 for x, _ in found if x < len(near)) >= 20 * (radius + 1)  # every planted one within radius
+
+
+def test_unrelated_episodes_are_not_compared() -> None:
+    """The old band buckets compared 19,878 of the 19,900 pairs of 200 unrelated episodes."""
+    rng = np.random.default_rng(7)
+    prints = [
+        Fingerprint(e, phashes=tuple(rng.integers(0, 2**64, size=60, dtype=np.uint64).tolist()))
+        for e in range(200)
+    ]
+    copy = tuple(h ^ 0b1011 for h in prints[5].phashes[10:50])  # a 40-frame cut of episode 5, re-encoded
+    grouping = find_groups([*prints, Fingerprint(999, phashes=copy)])
+    assert [g.episode_ids for g in grouping.groups] == [(5, 999)]
+    assert grouping.compared == 1
+
+
+def test_the_candidate_search_agrees_with_comparing_every_pair() -> None:
+    """Random short videos, many of them near one another: the grouping equals all-pairs video_match."""
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 2**64, size=12, dtype=np.uint64).tolist()
+    prints = []
+    for e in range(120):
+        picks = rng.choice(len(base), size=int(rng.integers(2, 9)), replace=False)
+        noise = [
+            sum(1 << int(b) for b in rng.choice(64, size=int(rng.integers(0, 12)), replace=False))
+            for _ in picks
+        ]
+        prints.append(Fingerprint(e, phashes=tuple(base[p] ^ n for p, n in zip(picks, noise, strict=True))))
+    params = DedupParams()
+    pairs = video_pairs(prints, params).video_pairs
+    expected = [
+        (a.episode_id, b.episode_id)
+        for k, a in enumerate(prints)
+        for b in prints[k + 1 :]
+        if video_match(a.phashes, b.phashes, params)
+    ]
+    assert pairs == expected and len(expected) >= 20
 
 
 def _rechunk(src: Path, dst: Path) -> None:
@@ -169,6 +230,20 @@ def test_reencoded_and_rechunked_copies_group_across_vendors(
         assert len(singles) == 2
         for e in singles:
             assert values[(e, "dedup.group")] == f"g{e}" and values[(e, "dedup.representative")] == e
+
+        # the pipeline's task groups again over everything: nothing changed, so nothing is written
+        from pipeline import orchestrate
+
+        again = orchestrate.dedup(world.ctx)
+        assert again == {
+            "status": "grouped",
+            "episodes": 8,
+            "groups": 2,
+            "grouped_episodes": 6,
+            "pairs_compared": again["pairs_compared"],
+            "rows_written": 0,
+        }
+        assert 2 <= again["pairs_compared"] <= 8
     finally:
         world.close()
 

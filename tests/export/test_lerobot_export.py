@@ -19,15 +19,49 @@ from pipeline.synth import RobotDropConfig, make_robot_drop
 
 pytestmark = pytest.mark.integration
 
+# Run by the interpreter of SLUICE_LEROBOT_PYTHON: what a lerobot user does with the export. Prints JSON.
 LEROBOT_LOAD = """
-import sys
+import json, sys
+import numpy as np, torch
+from lerobot.configs.types import FeatureType, NormalizationMode
+from lerobot.datasets.compute_stats import compute_episode_stats
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
+from lerobot.datasets.utils import dataset_to_policy_features
+from lerobot.processor.converters import batch_to_transition, transition_to_batch
+from lerobot.processor.normalize_processor import NormalizerProcessorStep
+
 ds = LeRobotDataset("sluice/export", root=sys.argv[1], video_backend="pyav")
-n = 0
-for i in range(len(ds)):
-    item = ds[i]
-    n += 1
-print(n, ds.meta.total_episodes, tuple(item["observation.images.front"].shape))
+out = {"episodes": ds.meta.total_episodes, "splits": ds.meta.info["splits"], "robot_type": ds.meta.robot_type}
+loader = torch.utils.data.DataLoader(ds, batch_size=16, num_workers=2, shuffle=False)
+batches = list(loader)
+out["frames"] = sum(len(b["index"]) for b in batches)
+out["indices"] = torch.cat([b["index"] for b in batches]).tolist() == list(range(len(ds)))
+out["image_shape"] = list(batches[0]["observation.images.front"].shape[1:])
+features = dataset_to_policy_features(ds.meta.features)
+for mode in (NormalizationMode.QUANTILES, NormalizationMode.MEAN_STD, NormalizationMode.MIN_MAX):
+    step = NormalizerProcessorStep.from_lerobot_dataset(
+        ds, features, {FeatureType.STATE: mode, FeatureType.ACTION: mode, FeatureType.VISUAL: mode}
+    )
+    normed = [transition_to_batch(step(batch_to_transition(dict(b)))) for b in batches]
+    state = torch.cat([n["observation.state"] for n in normed])
+    out[mode.value] = {
+        "finite": all(bool(torch.isfinite(n[k]).all()) for n in normed for k in ("observation.state", "action")),
+        "changed": not torch.equal(state, torch.cat([b["observation.state"] for b in batches])),
+        "state_range": [float(state.min()), float(state.max())],
+    }
+# the stats lerobot computes from episode 0's frames, against the export's stats of that episode
+import pandas as pd
+episodes = pd.read_parquet(sys.argv[1] + "/meta/episodes/chunk-000/file-000.parquet")
+data = ds.hf_dataset.with_format("numpy")
+state = np.stack(data["observation.state"])[np.asarray(data["episode_index"]) == 0]
+theirs = compute_episode_stats({"observation.state": state}, ds.meta.features)["observation.state"]
+out["stats_gap"] = {
+    k: float(np.max(np.abs(np.stack(episodes[f"stats/observation.state/{k}"][0]) - v)))
+    for k, v in theirs.items() if k != "count"
+}
+out["state_range_width"] = float(np.max(state.max(axis=0) - state.min(axis=0)))
+out["stat_keys"] = sorted(ds.meta.stats["observation.state"])
+print(json.dumps(out))
 """
 
 
@@ -41,7 +75,8 @@ def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str
             version_id = create_dataset_version(
                 session, name="pick", version="v1", spec_hash="s" * 64, spec={}
             )
-            add_dataset_episodes(session, version_id, [(e, "train") for e in episodes.values()])
+            first, second = sorted(episodes.values())
+            add_dataset_episodes(session, version_id, [(second, "val"), (first, "train")])
         out = tmp_path / "export"
         report = export_dataset_version(world.ctx.engine, "pick", "v1", out, robot_type="acme_bimanual")
         with pytest.raises(ExportError, match="exists"):
@@ -50,9 +85,32 @@ def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str
         world.close()
 
     assert report.ok, report.checks
+    assert [
+        e["sluice/source_episode_id"]
+        for e in pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    ] == [first, second]
+    stats = json.loads((out / "meta/stats.json").read_text())
+    for feature in ("observation.state", "action", "observation.images.front"):
+        assert set(stats[feature]) == {
+            "min",
+            "max",
+            "mean",
+            "std",
+            "count",
+            "q01",
+            "q10",
+            "q50",
+            "q90",
+            "q99",
+        }
+    assert all(
+        a <= b
+        for a, b in zip(stats["observation.state"]["q01"], stats["observation.state"]["q99"], strict=True)
+    )
     assert report.episodes == 2 and len(report.checks) == 4 + 3 * 3
     info = json.loads((out / "meta/info.json").read_text())
     assert info["codebase_version"] == "v3.0" and info["fps"] == 30
+    assert info["splits"] == {"train": "0:1", "val": "1:2"} and info["robot_type"] == "acme_bimanual"
     for name in (
         "meta/stats.json",
         "meta/tasks.parquet",
@@ -106,5 +164,17 @@ def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str
             timeout=600,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        n, episodes_seen, shape = done.stdout.split(maxsplit=2)
-        assert int(n) == sum(lengths) and int(episodes_seen) == 2 and "48" in shape
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        assert seen["episodes"] == 2 and seen["frames"] == sum(lengths) and seen["indices"]
+        assert seen["image_shape"] == [3, 48, 64] and seen["robot_type"] == "acme_bimanual"
+        assert seen["splits"] == info["splits"] == {"train": "0:1", "val": "1:2"}
+        for mode in ("QUANTILES", "MEAN_STD", "MIN_MAX"):
+            assert seen[mode]["finite"] and seen[mode]["changed"], (mode, seen[mode])
+        low, high = seen["MIN_MAX"]["state_range"]
+        assert low >= -1.0 - 1e-5 and high <= 1.0 + 1e-5
+        # the episode's stats as lerobot computes them: quantiles within two of its 5,000 histogram bins
+        gap, width = seen["stats_gap"], seen["state_range_width"]
+        assert set(gap) == {"min", "max", "mean", "std", "q01", "q10", "q50", "q90", "q99"}, gap
+        assert all(gap[k] < 1e-5 for k in ("min", "max", "mean", "std")), gap
+        assert all(gap[q] <= 2 * width / 5000 + 1e-6 for q in ("q01", "q10", "q50", "q90", "q99")), gap
+        assert set(seen["stat_keys"]) == {*gap, "count"}

@@ -71,6 +71,12 @@ def test_a_run_level_failure_fails_the_run() -> None:
     assert [f["step"] for f in decision.failures] == ["validate_conf", "discover", "plan"]
 
 
+def test_a_failed_grouping_is_a_warning() -> None:
+    decision = decide_outcome(ACME, _states({("dedup", -1): "failed"}))
+    assert decision.outcome is RunOutcome.SUCCEEDED_WITH_WARNINGS
+    assert [w["step"] for w in decision.warnings] == ["dedup"]
+
+
 def test_a_failed_warehouse_sync_is_a_warning() -> None:
     decision = decide_outcome(ACME, _states({("warehouse_sync", -1): "failed"}))
     assert decision.outcome is RunOutcome.SUCCEEDED_WITH_WARNINGS
