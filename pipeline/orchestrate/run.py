@@ -61,20 +61,12 @@ def discover(ctx: StepContext, vendor: VendorConfig, pipeline_run_id: int) -> di
 
     Returns counts and the listing's URL (what XCom carries); files passed over are counted by reason.
     """
-    import fsspec
-
-    from pipeline.discover import discover as find_ready_files
+    from pipeline.steps.ingest import IngestStep
+    from pipeline.vendor_ingest import discover_vendor, record_passed_over_files
 
     url = vendor.source_url(ctx.settings.project_dir_abs)
-    fs, root = fsspec.core.url_to_fs(url, **dict(vendor.source.storage_options))
-    found = find_ready_files(
-        fs,
-        root,
-        include=vendor.source.include,
-        exclude=vendor.source.exclude,
-        ready_marker=vendor.source.ready_marker,
-        settle_s=vendor.source.settle_s,
-    )
+    found = discover_vendor(vendor, ctx)
+    record_passed_over_files(ctx, IngestStep(vendor, ctx).vendor_id, found)
     passed_over: dict[str, int] = {}
     for skipped in found.passed_over:
         passed_over[skipped.why] = passed_over.get(skipped.why, 0) + 1
