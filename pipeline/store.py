@@ -71,11 +71,22 @@ class Landed:
 
 
 @dataclass(frozen=True)
+class StoredObject:
+    """An object the catalog records a sha256 for: a raw blob, a derived artifact, a manifest file."""
+
+    kind: str  # "raw", an artifact kind (transcoded_episode, clip, shard, ...), or "manifest_<format>"
+    uri: str
+    sha256: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class ScrubFinding:
     sha256: str
     uri: str
-    problem: str  # "missing", "size", "hash"
+    problem: str  # "missing", "size", "hash", "unreadable"
     detail: str
+    kind: str = "raw"
 
 
 class Store:
@@ -211,24 +222,51 @@ class Store:
 
     # -- scrub --------------------------------------------------------------------------------------------
 
-    def scrub(self, expected: Iterable[tuple[str, int]]) -> Iterator[ScrubFinding]:
-        """Re-hash stored raw objects; yield one finding per object that is missing or changed."""
-        for sha256, size_bytes in expected:
-            key = self.raw_key(sha256)
-            path = self.path(key)
-            if not self.fs.exists(path):
-                yield ScrubFinding(sha256, self.url(key), "missing", "object not found in the store")
-                continue
+    def scrub(self, expected: Iterable[StoredObject | tuple[str, int]]) -> Iterator[ScrubFinding]:
+        """Re-hash stored objects; yield one finding per object that is missing, unreadable or changed.
+
+        ``expected`` holds :class:`StoredObject` s (read from their URIs: this store's, or any fsspec URL)
+        or ``(sha256, size_bytes)`` pairs, which name raw objects of this store.
+        """
+        for item in expected:
+            obj = (
+                item
+                if isinstance(item, StoredObject)
+                else StoredObject("raw", self.url(self.raw_key(item[0])), item[0], item[1])
+            )
+            finding = self._scrub_one(obj)
+            if finding is not None:
+                yield finding
+
+    def _scrub_one(self, obj: StoredObject) -> ScrubFinding | None:
+        def found(problem: str, detail: str) -> ScrubFinding:
+            return ScrubFinding(obj.sha256, obj.uri, problem, detail, obj.kind)
+
+        try:
+            fs, path = self._fs_of(obj.uri)
             digest = hashlib.sha256()
             actual = 0
-            with self.fs.open(path, "rb") as f:
+            with fs.open(path, "rb") as f:
                 while block := f.read(BLOCK_BYTES):
                     digest.update(block)
                     actual += len(block)
-            if actual != size_bytes:
-                yield ScrubFinding(sha256, self.url(key), "size", f"{actual} bytes, expected {size_bytes}")
-            elif digest.hexdigest() != sha256:
-                yield ScrubFinding(sha256, self.url(key), "hash", f"sha256 is now {digest.hexdigest()}")
+        except FileNotFoundError:
+            return found("missing", "object not found in the store")
+        except (OSError, ValueError) as exc:
+            return found("unreadable", f"{type(exc).__name__}: {exc}")
+        if actual != obj.size_bytes:
+            return found("size", f"{actual} bytes, expected {obj.size_bytes}")
+        if digest.hexdigest() != obj.sha256:
+            return found("hash", f"sha256 is now {digest.hexdigest()}")
+        return None
+
+    def _fs_of(self, uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+        """The filesystem and path of a URI: this store's own filesystem for its own objects."""
+        own = self.url("")
+        if uri == own or uri.startswith(own.rstrip("/") + "/"):
+            return self.fs, self.path(uri[len(own.rstrip("/")) + 1 :])
+        fs, path = fsspec.core.url_to_fs(uri)
+        return fs, path
 
 
 # -- helpers ---------------------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from pipeline.errors import StoreError
 from pipeline.manifest.format import (
     IPC_FILE_NAME,
     PARQUET_FILE_NAME,
+    SUMS_FILE_NAME,
     ManifestFiles,
     write_manifest,
 )
@@ -160,7 +161,7 @@ def _publish(store: Store, staging: Path, key: str) -> tuple[str, str]:
             if store.fs.exists(final):
                 log.warning("replacing unrecorded leftover manifest folder %s", final)
                 store.fs.rm(final, recursive=True)
-            for name in (IPC_FILE_NAME, PARQUET_FILE_NAME):
+            for name in (IPC_FILE_NAME, PARQUET_FILE_NAME, SUMS_FILE_NAME):
                 store.fs.put_file(str(staging / name), f"{final}/{name}")
     except OSError as exc:
         raise StoreError(f"cannot publish the manifest to {store.url(key)}: {exc}") from exc

@@ -290,7 +290,13 @@ class QualityPreStep(Step):
                 ],
             )
             set_episode_state(
-                session, episode_id, verdict.state, reasons=verdict.reasons, detail=verdict.detail
+                session,
+                episode_id,
+                verdict.state,
+                reasons=verdict.reasons,
+                detail=verdict.detail,
+                step=self.name,
+                config_hash=self.config_hash,
             )
         if verdict.state is FileState.QUARANTINED:
             return StepResult.rejected(verdict.reasons[0], verdict.detail or "", episode_id=episode_id)
