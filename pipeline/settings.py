@@ -23,6 +23,15 @@ class Settings(BaseSettings):
         default=None,
         description="SQLAlchemy URL of an existing Postgres; when unset Sluice starts its own under home.",
     )
+    ingest_database_url: str | None = Field(
+        default=None,
+        description=(
+            "SQLAlchemy URL of the catalog as its ingest role (sluice_ingest), which every step, DAG task "
+            "and CLI read connects with. Unset: the role's URL from the local cluster's roles file, or, "
+            "with SLUICE_DATABASE_URL set, that URL's role (with a warning: steps then run with more "
+            "privilege than they need)."
+        ),
+    )
     store_url: str | None = Field(
         default=None, description="fsspec URL of the store (raw/, derived/, shards/, manifests/)."
     )

@@ -31,6 +31,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import psycopg2
 from psycopg2 import errors as pg_errors
@@ -43,6 +44,9 @@ from pipeline.catalog.errors import RoleSetupError
 from pipeline.catalog.models import Base, Blob, EpisodeStateChange, SourceFile
 from pipeline.catalog.models import Episode as EpisodeModel
 from pipeline.catalog.sources import EPISODE_METADATA
+
+if TYPE_CHECKING:
+    from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +198,42 @@ def _writer_privileges(table: str) -> sql.Composable:
     if table in WRITE_ONCE_TABLES or table in WRITER_UPDATE_COLUMNS:
         return WRITE_ONCE_PRIVILEGES
     return WRITER_PRIVILEGES
+
+
+def step_database_url(settings: Settings) -> str:
+    """The URL steps connect to the catalog with: the ingest (writer) role's.
+
+    ``SLUICE_INGEST_DATABASE_URL`` when set; on the local cluster, the writer's URL built from the passwords
+    ``sluice db migrate`` keeps beside it; with only ``SLUICE_DATABASE_URL`` set, that URL (logged as a
+    warning: its role is usually the catalog's owner, which may rewrite history).
+    """
+    import json
+
+    from pipeline.pgserver import ROLES_FILE, local_cluster
+
+    if settings.ingest_database_url:
+        return settings.ingest_database_url
+    if settings.database_url:
+        if settings.database_url not in _warned:
+            _warned.add(settings.database_url)
+            log.warning(
+                "SLUICE_INGEST_DATABASE_URL is not set: steps connect as SLUICE_DATABASE_URL's role (%s), "
+                "not as the ingest role",
+                make_url(settings.database_url).username,
+            )
+        return settings.database_url
+    cluster = local_cluster(settings)
+    try:
+        passwords = json.loads((cluster.root / ROLES_FILE).read_text())
+    except FileNotFoundError:
+        raise RoleSetupError(
+            f"the catalog's roles are not set up on the local cluster ({cluster.root / ROLES_FILE} is "
+            "missing): run `sluice db migrate`"
+        ) from None
+    return role_urls(cluster.url(), passwords["writer"], passwords["reader"]).writer_url
+
+
+_warned: set[str] = set()
 
 
 @contextmanager

@@ -65,15 +65,19 @@ class StepSummary:
 
 
 def build_context(settings: Settings, *, code_version: str | None = None) -> StepContext:
-    """Clients for a worker process, built once from settings (the entry point's job, never a step's)."""
+    """Clients for a worker process, built once from settings (the entry point's job, never a step's).
+
+    The catalog engine connects as the ingest role (:func:`pipeline.catalog.roles.step_database_url`),
+    never as the catalog's owner: a step may add history, not rewrite it.
+    """
     from pipeline.catalog import make_engine
-    from pipeline.pgserver import database_url
+    from pipeline.catalog.roles import step_database_url
     from pipeline.store import Store
     from pipeline.version import code_version as current_code_version
 
     return StepContext(
         settings=settings,
-        engine=make_engine(database_url(settings)),
+        engine=make_engine(step_database_url(settings)),
         store=Store(settings.store, verify=settings.store_verify),
         code_version=code_version or current_code_version(),
     )

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -402,3 +403,40 @@ def test_files_discovery_passes_over_are_recorded(
     ingest_vendor(vendor, ctx, settle_s=0, gate=False)  # seen again: refreshed, not duplicated
     with ctx.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM passed_over_files")).scalar_one() == 2
+
+
+def test_every_catalog_connection_of_an_ingest_is_the_ingest_role(
+    tmp_path: Path,
+    migrated_database_url: str,
+    ingest_role_url: str,
+    robot_drop: tuple[Path, DropManifest],
+    connection_log: Callable[[str], Callable[[], list[str]]],
+) -> None:
+    """Built as every entry point builds it (build_context), an ingest and its pre-gate connect as
+    sluice_ingest only, and the states they set are history rows of the state function."""
+    from pipeline.settings import Settings
+    from pipeline.steps.runner import build_context
+
+    _, vendor, manifest = _acme_drop(tmp_path, robot_drop)
+    settings = Settings(
+        home=tmp_path / "home",
+        database_url=migrated_database_url,
+        ingest_database_url=ingest_role_url,
+        store_url=str(tmp_path / "store"),
+        project_dir=tmp_path,
+    )
+    users = connection_log(sa.make_url(migrated_database_url).database or "")
+    ctx = build_context(settings, code_version="test")
+    try:
+        report = ingest_vendor(vendor, ctx, settle_s=0)
+    finally:
+        ctx.engine.dispose()
+    seen = users()
+    assert seen and set(seen) == {"sluice_ingest"}, seen
+    assert report.steps["ingest"]["succeeded"] == len(manifest.files)
+    engine = sa.create_engine(migrated_database_url)
+    with engine.connect() as conn:
+        changes = conn.execute(sa.text("SELECT count(*), min(changed_by) FROM episode_state_changes")).one()
+        decided = conn.execute(sa.text("SELECT count(*) FROM episodes WHERE state <> 'pending'")).scalar_one()
+    engine.dispose()
+    assert tuple(changes) == (decided, "sluice_ingest")
