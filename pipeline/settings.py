@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipeline.warehouse.connection import DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_TIMEOUT_S, WarehouseLimits
+
 
 class Settings(BaseSettings):
     """Where Sluice keeps its state and which services it talks to."""
@@ -55,6 +57,16 @@ class Settings(BaseSettings):
             "up`, the demo); when unset, a database of its own beside the catalog, <catalog>_airflow."
         ),
     )
+    warehouse_timeout_s: float | None = Field(
+        default=DEFAULT_TIMEOUT_S,
+        gt=0,
+        description="Time limit of each warehouse read (sluice query, dataset filters, the UI); unset = none.",
+    )
+    warehouse_memory_limit_bytes: int = Field(
+        default=DEFAULT_MEMORY_LIMIT_BYTES,
+        ge=64 << 20,
+        description="Memory a warehouse connection may use before it spills (DuckDB's default is 80% of RAM).",
+    )
     ray_address: str | None = Field(
         default=None,
         description=(
@@ -79,6 +91,13 @@ class Settings(BaseSettings):
     def store(self) -> str:
         """The store URL, defaulting to a local folder under home."""
         return self.store_url or str(self.home_abs / "store")
+
+    @property
+    def warehouse_limits(self) -> WarehouseLimits:
+        """What each warehouse read may use, from the settings."""
+        return WarehouseLimits(
+            timeout_s=self.warehouse_timeout_s, memory_limit_bytes=self.warehouse_memory_limit_bytes
+        )
 
     @property
     def warehouse_path(self) -> Path:

@@ -68,7 +68,7 @@ from pipeline.manifest.format import (
 )
 from pipeline.store import MANIFESTS, TMP, Store, fsync_path
 from pipeline.version import code_version
-from pipeline.warehouse.connection import WarehouseLimits, open_warehouse
+from pipeline.warehouse.connection import WarehouseLimits, open_warehouse, statement_deadline
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +93,11 @@ def build(
     with session_scope(make_session_factory(engine)) as session:
         _lock(session, spec.name)
         frozen = frozen_eval_episodes(session, spec.name)
+        limits = limits or WarehouseLimits()
         con = open_warehouse(warehouse_path, read_only=True, limits=limits)
         try:
-            selection = select_rows(con, spec, frozen, store_reader(store))
+            with statement_deadline(con, limits, spec.filter.where):
+                selection = select_rows(con, spec, frozen, store_reader(store))
         finally:
             con.close()
         if selection.table.num_rows == 0:

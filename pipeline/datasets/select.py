@@ -141,6 +141,8 @@ def select_rows(
             f"SELECT count(*), count(*) FILTER (WHERE split = 'eval') FROM {_EPISODES}"
         ).fetchall()[0]
         table = _rows(con, spec, read_documents)
+    except (duckdb.InterruptException, duckdb.OutOfMemoryException):
+        raise  # the caller's limits stopped it (pipeline.warehouse.connection.statement_deadline says why)
     except duckdb.Error as exc:
         text = str(exc).strip().splitlines()[0]
         raise DatasetBuildError(spec.name, f"selecting episodes in the warehouse failed: {text}") from None
