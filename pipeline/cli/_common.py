@@ -12,6 +12,8 @@ from pipeline.settings import Settings, load_settings
 from pipeline.steps.base import StepContext
 
 console = Console()
+#: Progress and diagnostics: on stderr, so that ``--json`` output on stdout is JSON and nothing else.
+progress = Console(stderr=True)
 
 
 def context(settings: Settings | None = None) -> StepContext:

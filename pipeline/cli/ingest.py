@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from pipeline.cli._common import console, print_json
+from pipeline.cli._common import console, print_json, progress
 
 
 def command(
@@ -42,14 +42,14 @@ def command(
     from pipeline.cli._common import context
 
     ctx = context()
-    with console.status(f"ingesting {vendor.name}…"):
+    with progress.status(f"ingesting {vendor.name}…"):
         report = ingest_vendor(
             vendor,
             ctx,
             executor=executor,
             settle_s=settle_s,
             gate=gate,
-            on_step=lambda name, s: console.log(
+            on_step=lambda name, s: progress.log(
                 f"{name}: {s.succeeded} ok, {s.rejected} rejected, {s.skipped} already done, {s.failed} failed"
             ),
         )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from pipeline.cli._common import console
+from pipeline.cli._common import console, progress
 
 
 def command(
@@ -22,7 +22,7 @@ def command(
     from pipeline.ui.source import view_sources
 
     sources = view_sources(load_settings())
-    with console.status("gathering the run and drawing its plots…"):
+    with progress.status("gathering the run and drawing its plots…"):
         target = out or Path(f"sluice-run-{resolve_run(sources, run).id}.html")
         path = write_report(sources, run, target, bench_files=bench)
     console.print(f"report written to {path} ({path.stat().st_size / 1e3:.0f} kB)", highlight=False)

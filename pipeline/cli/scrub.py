@@ -6,7 +6,7 @@ from collections import Counter
 
 import typer
 
-from pipeline.cli._common import console, context, print_json
+from pipeline.cli._common import console, context, print_json, progress
 
 
 def command(
@@ -29,7 +29,7 @@ def command(
     if kinds:
         objects = [o for o in objects if o.kind in kinds]
     by_kind = Counter(o.kind for o in objects)
-    with console.status(f"re-hashing {len(objects)} objects…"):
+    with progress.status(f"re-hashing {len(objects)} objects…"):
         findings = [f.__dict__ for f in ctx.store.scrub(objects)]
     if as_json:
         print_json({"objects": len(objects), "by_kind": dict(by_kind), "findings": findings})

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from pipeline.cli._common import console, context, print_json
+from pipeline.cli._common import console, context, print_json, progress
 
 
 def command(
@@ -55,7 +55,7 @@ def command(
         with fsspec.open(uri, "rb") as fh:
             rows = pq.read_table(fh).to_pylist()
         options = ShardOptions.model_validate({"target_shard_bytes": target})
-        with console.status(f"writing shards of {len(rows)} manifest rows…"):
+        with progress.status(f"writing shards of {len(rows)} manifest rows…"):
             write_shards(
                 rows,
                 target,
