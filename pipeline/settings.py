@@ -67,6 +67,13 @@ class Settings(BaseSettings):
         ge=64 << 20,
         description="Memory a warehouse connection may use before it spills (DuckDB's default is 80% of RAM).",
     )
+    #: A run's steps record their items as they go, so a live run is never a day without activity (an item
+    #: of the longest transcode takes minutes); one that is has lost its process.
+    run_abandoned_after_s: float = Field(
+        default=24 * 3600.0,
+        gt=0,
+        description="A run still 'running' after this long without activity is closed as failed (abandoned).",
+    )
     ray_address: str | None = Field(
         default=None,
         description=(

@@ -29,13 +29,23 @@ def start_run(
     """Register the vendor's current config and open (or re-open) the run ``dag_id``/``run_id``.
 
     Returns the catalog's ``pipeline_run_id``; a re-run of the same Airflow run gets the same id back.
+    Runs that were killed before they recorded an outcome (idle for ``run_abandoned_after_s``) are closed
+    first (:func:`pipeline.catalog.runs.close_abandoned_runs`).
     """
     from pipeline.catalog import make_session_factory, session_scope
-    from pipeline.catalog.runs import start_pipeline_run
+    from pipeline.catalog.runs import close_abandoned_runs, start_pipeline_run
     from pipeline.catalog.sources import upsert_vendor
     from pipeline.config import config_hash
 
     digest = config_hash(vendor)
+    with session_scope(make_session_factory(ctx.engine)) as session:
+        closed = close_abandoned_runs(session, idle_s=ctx.settings.run_abandoned_after_s)
+        if closed:
+            log.warning(
+                "closed abandoned pipeline runs %s (running, idle for %g s)",
+                closed,
+                ctx.settings.run_abandoned_after_s,
+            )
     with session_scope(make_session_factory(ctx.engine)) as session:
         vendor_id = upsert_vendor(
             session,
