@@ -170,6 +170,69 @@ def test_two_concurrent_ingests_of_one_vendor_leave_no_duplicates(
     assert len(_raw_listing(tmp_path)) == len({f.sha256 for f in manifest.files})
     duplicate = manifest.by_defect("duplicate")[0]
     assert episode_rows(engine)[duplicate.path]["duplicate_of"] == duplicate.duplicate_of
+    # and gated once between them: an episode one child gates, the other skips
+    gated = sum(
+        r["steps"]["quality_pre"]["succeeded"] + r["steps"]["quality_pre"]["rejected"] for r in reports
+    )
+    gatable = sum(1 for r in episode_rows(engine).values() if r["state"] != "duplicate")
+    assert gated == gatable, [r["steps"]["quality_pre"] for r in reports]
+
+
+def test_an_episode_another_worker_held_and_let_go_unfinished_is_gated_after_the_others(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    """A worker that finds an episode claimed goes on with the others, then waits for the claim: if its
+    holder stopped without a final outcome (failed, died), the episode is gated here, not skipped."""
+    import threading
+
+    from pipeline.steps.quality_pre import QualityPreStep
+    from pipeline.steps.runner import Claim, claimed, run_step
+    from pipeline.vendor_ingest import discover_vendor
+
+    _, vendor, _ = _acme_drop(tmp_path, robot_drop)
+    ctx = make_context(tmp_path, migrated_database_url)
+    ingest_vendor(vendor, ctx, settle_s=0, gate=False)
+    found = discover_vendor(vendor, ctx, settle_s=0)
+    files = [WorkItem(key=c.path, source_path=c.path, size_bytes=c.size_bytes) for c in found.candidates]
+    held = next(iter(QualityPreStep(vendor, ctx).items(files)))
+    claim_held, let_go, seen = threading.Event(), threading.Event(), []
+
+    def other_worker() -> None:
+        with claimed(QualityPreStep(vendor, ctx), held, wait=False) as claim:
+            seen.append(claim)
+            claim_held.set()
+            let_go.wait(300)
+
+    holder = threading.Thread(target=other_worker)
+    holder.start()
+    assert claim_held.wait(60) and seen == [Claim.MINE]
+
+    def final_quality_pre() -> set[int]:
+        with ctx.engine.connect() as conn:
+            return set(
+                conn.execute(
+                    sa.text(
+                        "SELECT episode_id FROM step_runs WHERE step = 'quality_pre' "
+                        "AND status IN ('succeeded', 'rejected')"
+                    )
+                ).scalars()
+            )
+
+    summaries: list[object] = []
+    runner = threading.Thread(target=lambda: summaries.append(run_step(QualityPreStep(vendor, ctx), files)))
+    runner.start()
+    others = {i.episode_id for i in QualityPreStep(vendor, ctx).items(files)} - {held.episode_id}
+    deadline = time.monotonic() + 300
+    while not others <= final_quality_pre():  # the runner went past the held episode
+        assert runner.is_alive() and time.monotonic() < deadline
+        time.sleep(0.2)
+    assert held.episode_id not in final_quality_pre()
+    let_go.set()  # the holder gives up without an outcome
+    holder.join()
+    runner.join(300)
+    (summary,) = summaries
+    assert held.episode_id in final_quality_pre()
+    assert summary.skipped == 0 and summary.succeeded + summary.rejected == len(others) + 1  # type: ignore[attr-defined]
 
 
 def test_kill_9_during_ingest_then_ingest_again(
