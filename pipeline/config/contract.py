@@ -285,8 +285,11 @@ class VideoContract(FrozenModel):
     codecs: Annotated[tuple[VideoCodec, ...], SortedSet, Lax] = Field(
         default=("h264", "hevc"),
         min_length=1,
-        description="Allowed video codecs.",
-        json_schema_extra=controls((PRE, "allowed_codecs", R.UNSUPPORTED_ENCODING)),
+        description="Allowed video codecs; others are quarantined undecoded.",
+        json_schema_extra=controls(
+            (PRE, "allowed_codecs", R.UNSUPPORTED_ENCODING),
+            (PRE, "video.unsupported_encoding", R.UNSUPPORTED_ENCODING),
+        ),
     )
     # 320x240 is the smallest frame a policy input is still cut from; 7680x4320 (8K) bounds the decoder's
     # frame buffers, so the probe refuses decompression bombs before decoding them.
