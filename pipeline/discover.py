@@ -1,7 +1,8 @@
 """Find a vendor's ready files through fsspec, never leaving the vendor root.
 
 A file is a candidate when it matches the vendor's include globs and none of its exclude globs, lies inside
-the vendor root once symlinks are resolved, and is finished: either the vendor's ready marker is present in
+the vendor root once symlinks are resolved, is a regular file with one name (a hard link's other name may
+lie outside the root), and is finished: either the vendor's ready marker is present in
 its folder, or its size and mtime did not change between two looks ``settle_s`` apart. Everything else is
 reported with the reason it was passed over, so that nothing is dropped silently.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from pipeline.enums import PassOverReason
 from pipeline.errors import SluiceError
 
 log = logging.getLogger(__name__)
@@ -62,7 +65,7 @@ class Candidate:
 @dataclass(frozen=True)
 class PassedOver:
     path: str
-    why: str  # "outside_root", "not_ready", "excluded_symlink", "unreadable"
+    why: PassOverReason
     detail: str
 
 
@@ -187,22 +190,19 @@ def discover(
             continue
         info = first[full_path]
         if local:
-            real = os.path.realpath(full_path)
-            if os.path.commonpath([real, real_root]) != real_root:
-                result.passed_over.append(
-                    PassedOver(
-                        rel, "outside_root", f"resolves to {real}, outside the vendor root {real_root}"
-                    )
-                )
-                continue
-            if not os.path.isfile(real):
-                result.passed_over.append(PassedOver(rel, "unreadable", "not a regular file"))
+            refused = _local_refusal(full_path, real_root)
+            if refused is not None:
+                result.passed_over.append(PassedOver(rel, *refused))
                 continue
         if _folder(full_path) not in markers:
             later = second.get(full_path)
             if later is None or (later["size"], later.get("mtime")) != (info["size"], info.get("mtime")):
                 result.passed_over.append(
-                    PassedOver(rel, "not_ready", f"still changing after {settle_s:g} s (size/mtime moved)")
+                    PassedOver(
+                        rel,
+                        PassOverReason.NOT_READY,
+                        f"still changing after {settle_s:g} s (size/mtime moved)",
+                    )
                 )
                 continue
         result.candidates.append(Candidate(rel, full_path, int(info["size"]), info.get("mtime")))
@@ -214,6 +214,23 @@ def discover(
         root,
     )
     return result
+
+
+def _local_refusal(full_path: str, real_root: str) -> tuple[PassOverReason, str] | None:
+    """Why a local file may not be landed (it resolves outside the root, is no regular file or has other
+    names), or None. Landing checks the same again on the descriptor it opens (:mod:`pipeline.beneath`)."""
+    real = os.path.realpath(full_path)
+    if os.path.commonpath([real, real_root]) != real_root:
+        return PassOverReason.OUTSIDE_ROOT, f"resolves to {real}, outside the vendor root {real_root}"
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return PassOverReason.UNREADABLE, f"cannot stat: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return PassOverReason.NOT_REGULAR, "not a regular file"
+    if st.st_nlink != 1:
+        return PassOverReason.HARD_LINK, f"has {st.st_nlink} names; another may lie outside the root"
+    return None
 
 
 def _listing(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, dict[str, Any]]:

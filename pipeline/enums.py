@@ -43,6 +43,17 @@ TERMINAL_FILE_STATES = frozenset(
 )
 
 
+class PassOverReason(StrEnum):
+    """Why a file under a vendor root was not taken (``passed_over_files.why``)."""
+
+    OUTSIDE_ROOT = "outside_root"  # resolves (through a link) outside the root
+    LINK = "link"  # a symbolic link met while opening it (swapped in after discovery)
+    HARD_LINK = "hard_link"  # a regular file with more than one name: another may lie outside the root
+    NOT_REGULAR = "not_regular"  # a FIFO, socket or device
+    UNREADABLE = "unreadable"  # vanished, or not readable
+    NOT_READY = "not_ready"  # still being written (not recorded: the next run looks again)
+
+
 class Severity(StrEnum):
     """What a finding does to its input: a flag keeps it, a quarantine holds it back."""
 

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 DEBIAN_BIN_GLOB = "/usr/lib/postgresql/*/bin"
 SUPERUSER = "sluice"
 DATABASE = "sluice"
+#: Beside the cluster: the passwords of the two catalog roles (see :func:`migrate_catalog`).
+ROLES_FILE = "roles.json"
 #: The system user that runs the server when the caller is root.
 RUN_AS_WHEN_ROOT = "postgres"
 #: 16 concurrent test writers, Airflow's pool, Ray workers and the CLI all connect at once.
@@ -212,24 +214,22 @@ class LocalPostgres:
     def _initdb(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         if not self._password_file.exists():
-            self._password_file.write_text(secrets.token_urlsafe(24))
-            self._password_file.chmod(0o600)
+            write_secret(self._password_file, secrets.token_urlsafe(24))
         user = self._run_as
         if user:
             self._choose_server_folder(user)
         # initdb reads the password from a file that the server user must be able to read; it is a copy
         # that lives only while initdb runs.
         pw_copy = self.server_folder / ".initdb-pw"
-        pw_copy.write_text(self._password_file.read_text())
-        if user:
-            ids = pwd.getpwnam(user)
+        pw_copy.unlink(missing_ok=True)  # left by an initdb that was killed
+        ids = pwd.getpwnam(user) if user else None
+        write_secret(pw_copy, self._password_file.read_text(), owner=ids)
+        if user and ids:
             self.data_dir.mkdir(mode=0o700, exist_ok=True)
             os.chown(self.data_dir, ids.pw_uid, ids.pw_gid)
-            os.chown(pw_copy, ids.pw_uid, ids.pw_gid)
             # The server writes its log next to the data folder.
             self.log_file.touch()
             os.chown(self.log_file, ids.pw_uid, ids.pw_gid)
-        pw_copy.chmod(0o600)
         try:
             self._run_pg(
                 "initdb",
@@ -345,6 +345,21 @@ def _reachable_by(user: str, folder: Path) -> bool:
     return probe.returncode == 0
 
 
+def write_secret(path: Path, text: str, *, owner: pwd.struct_passwd | None = None) -> None:
+    """Create ``path`` holding ``text``, readable by its owner only from the first byte on: created with
+    mode 0600 (never a default mode chmod'ed afterwards, which leaves a window in which any local user can
+    read it), owned by ``owner`` before anything is written, refusing a file or link already there."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the umask may only have taken bits away; make it exactly 0600
+        if owner is not None:
+            os.fchown(fd, owner.pw_uid, owner.pw_gid)
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def local_cluster(settings: Settings) -> LocalPostgres:
     """The cluster Sluice manages under its home folder."""
     return LocalPostgres(settings.home_abs / "pg")
@@ -382,12 +397,12 @@ def migrate_catalog(settings: Settings, revision: str = "head") -> list[str]:
         else:
             grant_privileges(url)
         return []
-    secrets_file = local_cluster(settings).root / "roles.json"
+    secrets_file = local_cluster(settings).root / ROLES_FILE
     if not secrets_file.exists():
-        secrets_file.write_text(
-            json.dumps({"writer": secrets.token_urlsafe(24), "reader": secrets.token_urlsafe(24)})
+        write_secret(
+            secrets_file,
+            json.dumps({"writer": secrets.token_urlsafe(24), "reader": secrets.token_urlsafe(24)}),
         )
-        secrets_file.chmod(0o600)
     passwords = json.loads(secrets_file.read_text())
     ensure_roles(url, passwords["writer"], passwords["reader"])
     names = RoleNames()

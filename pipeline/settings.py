@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipeline.warehouse.connection import DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_TIMEOUT_S, WarehouseLimits
+
 
 class Settings(BaseSettings):
     """Where Sluice keeps its state and which services it talks to."""
@@ -22,6 +24,15 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None,
         description="SQLAlchemy URL of an existing Postgres; when unset Sluice starts its own under home.",
+    )
+    ingest_database_url: str | None = Field(
+        default=None,
+        description=(
+            "SQLAlchemy URL of the catalog as its ingest role (sluice_ingest), which every step, DAG task "
+            "and CLI read connects with. Unset: the role's URL from the local cluster's roles file, or, "
+            "with SLUICE_DATABASE_URL set, that URL's role (with a warning: steps then run with more "
+            "privilege than they need)."
+        ),
     )
     store_url: str | None = Field(
         default=None, description="fsspec URL of the store (raw/, derived/, shards/, manifests/)."
@@ -45,6 +56,23 @@ class Settings(BaseSettings):
             "SQLAlchemy URL of Airflow's metadata DB for the local Airflow (`sluice run`, `sluice airflow "
             "up`, the demo); when unset, a database of its own beside the catalog, <catalog>_airflow."
         ),
+    )
+    warehouse_timeout_s: float | None = Field(
+        default=DEFAULT_TIMEOUT_S,
+        gt=0,
+        description="Time limit of each warehouse read (sluice query, dataset filters, the UI); unset = none.",
+    )
+    warehouse_memory_limit_bytes: int = Field(
+        default=DEFAULT_MEMORY_LIMIT_BYTES,
+        ge=64 << 20,
+        description="Memory a warehouse connection may use before it spills (DuckDB's default is 80% of RAM).",
+    )
+    #: A run's steps record their items as they go, so a live run is never a day without activity (an item
+    #: of the longest transcode takes minutes); one that is has lost its process.
+    run_abandoned_after_s: float = Field(
+        default=24 * 3600.0,
+        gt=0,
+        description="A run still 'running' after this long without activity is closed as failed (abandoned).",
     )
     ray_address: str | None = Field(
         default=None,
@@ -70,6 +98,13 @@ class Settings(BaseSettings):
     def store(self) -> str:
         """The store URL, defaulting to a local folder under home."""
         return self.store_url or str(self.home_abs / "store")
+
+    @property
+    def warehouse_limits(self) -> WarehouseLimits:
+        """What each warehouse read may use, from the settings."""
+        return WarehouseLimits(
+            timeout_s=self.warehouse_timeout_s, memory_limit_bytes=self.warehouse_memory_limit_bytes
+        )
 
     @property
     def warehouse_path(self) -> Path:

@@ -99,10 +99,9 @@ def verify_offsets(size: int, verify: Verify, rng: random.Random | None = None) 
     }
 
 
-def stage_local(
-    src_fs: fsspec.AbstractFileSystem, src_path: str, staging: str, size: int, *, verify: Verify
-) -> Copied:
-    """Copy into ``staging`` around the page cache, fsync it, re-read the verify's pieces from the device."""
+def stage_local(src: BinaryIO, staging: str, size: int, *, verify: Verify) -> Copied:
+    """Copy the open source ``src`` (``size`` bytes when opened) into ``staging`` around the page cache,
+    fsync it, re-read the verify's pieces from the device."""
     wanted = verify_offsets(size, verify)
     digest = hashlib.sha256()
     with (
@@ -113,8 +112,7 @@ def stage_local(
     ):
         fd, direct = _open_staging(staging)
         try:
-            with src_fs.open(src_path, "rb") as src:
-                copied, hashing = _copy_to_fd(src, fd, ring, wanted, digest.update, hasher, writer)
+            copied, hashing = _copy_to_fd(src, fd, ring, wanted, digest.update, hasher, writer)
             os.ftruncate(fd, copied.size_bytes)  # drops the zeros padding the last block to DIRECT_ALIGN
             os.fsync(fd)
         finally:
@@ -128,11 +126,10 @@ def stage_local(
     return copied
 
 
-def stage_fsspec(
-    fs: fsspec.AbstractFileSystem, src_fs: fsspec.AbstractFileSystem, src_path: str, staging: str
-) -> Copied:
-    """Object stores: copy through fsspec file objects, then re-read every byte against a CRC32C."""
-    with src_fs.open(src_path, "rb") as src, fs.open(staging, "wb") as dst:
+def stage_fsspec(fs: fsspec.AbstractFileSystem, src: BinaryIO, staging: str) -> Copied:
+    """Object stores: copy the open source ``src`` through an fsspec file object, then re-read every byte
+    against a CRC32C."""
+    with fs.open(staging, "wb") as dst:
         sha256, crc, size = _copy_hashing(src, dst)
     actual_size = 0
     actual_crc = 0

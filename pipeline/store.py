@@ -29,8 +29,8 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from pipeline.beneath import Marks, open_beneath
 from pipeline.errors import StoreError
 from pipeline.staging import (
     BLOCK_BYTES,
@@ -64,14 +65,28 @@ class Landed:
     size_bytes: int
     uri: str
     created: bool  # False when the same bytes were already there
+    #: What the source looked like while it was read (see :func:`source_state`): what a later run compares
+    #: to tell an unchanged file from one to hash again.
+    source_state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object the catalog records a sha256 for: a raw blob, a derived artifact, a manifest file."""
+
+    kind: str  # "raw", an artifact kind (transcoded_episode, clip, shard, ...), or "manifest_<format>"
+    uri: str
+    sha256: str
+    size_bytes: int
 
 
 @dataclass(frozen=True)
 class ScrubFinding:
     sha256: str
     uri: str
-    problem: str  # "missing", "size", "hash"
+    problem: str  # "missing", "size", "hash", "unreadable"
     detail: str
+    kind: str = "raw"
 
 
 class Store:
@@ -135,16 +150,22 @@ class Store:
 
     # -- landing ------------------------------------------------------------------------------------------
 
-    def land(self, src_fs: fsspec.AbstractFileSystem, src_path: str) -> Landed:
-        """Copy one source into ``raw/<sha256>``, verified, published atomically; idempotent."""
+    def land(self, src_fs: fsspec.AbstractFileSystem, src_path: str, *, root: str | None = None) -> Landed:
+        """Copy one source into ``raw/<sha256>``, verified, published atomically; idempotent.
+
+        A local source is opened beneath ``root`` (the vendor root; the file's own folder by default)
+        without following links (:func:`pipeline.beneath.open_beneath`), and read through that descriptor
+        only: a link swapped in after discovery, a hard link or a FIFO raises
+        :class:`~pipeline.beneath.SourceRefusedError` and nothing is copied.
+        """
         staging = self.path(f"{TMP}/{uuid.uuid4().hex}")
         try:
-            before = _source_state(src_fs, src_path)
-            if self.local:
-                copied = stage_local(src_fs, src_path, staging, before["size"], verify=self.verify)
-            else:
-                copied = stage_fsspec(self.fs, src_fs, src_path, staging)
-            after = _source_state(src_fs, src_path)
+            with _open_source(src_fs, src_path, root) as (src, before, state_now):
+                if self.local:
+                    copied = stage_local(src, staging, before["size"], verify=self.verify)
+                else:
+                    copied = stage_fsspec(self.fs, src, staging)
+                after = state_now()
             if after != before or copied.size_bytes != before["size"]:
                 raise StoreError(
                     f"source {src_path!r} changed while it was landed: {before} before, {after} after, "
@@ -160,7 +181,13 @@ class Store:
                     os.unlink(staging)
                 elif self.fs.exists(staging):
                     self.fs.rm(staging)
-        return Landed(sha256=copied.sha256, size_bytes=copied.size_bytes, uri=self.url(key), created=created)
+        return Landed(
+            sha256=copied.sha256,
+            size_bytes=copied.size_bytes,
+            uri=self.url(key),
+            created=created,
+            source_state=before,
+        )
 
     def _publish(self, staging: str, final: str) -> bool:
         """Publish without ever overwriting an object; return whether this call created it."""
@@ -204,37 +231,106 @@ class Store:
 
     # -- scrub --------------------------------------------------------------------------------------------
 
-    def scrub(self, expected: Iterable[tuple[str, int]]) -> Iterator[ScrubFinding]:
-        """Re-hash stored raw objects; yield one finding per object that is missing or changed."""
-        for sha256, size_bytes in expected:
-            key = self.raw_key(sha256)
-            path = self.path(key)
-            if not self.fs.exists(path):
-                yield ScrubFinding(sha256, self.url(key), "missing", "object not found in the store")
-                continue
+    def scrub(self, expected: Iterable[StoredObject | tuple[str, int]]) -> Iterator[ScrubFinding]:
+        """Re-hash stored objects; yield one finding per object that is missing, unreadable or changed.
+
+        ``expected`` holds :class:`StoredObject` s (read from their URIs: this store's, or any fsspec URL)
+        or ``(sha256, size_bytes)`` pairs, which name raw objects of this store.
+        """
+        for item in expected:
+            obj = (
+                item
+                if isinstance(item, StoredObject)
+                else StoredObject("raw", self.url(self.raw_key(item[0])), item[0], item[1])
+            )
+            finding = self._scrub_one(obj)
+            if finding is not None:
+                yield finding
+
+    def _scrub_one(self, obj: StoredObject) -> ScrubFinding | None:
+        def found(problem: str, detail: str) -> ScrubFinding:
+            return ScrubFinding(obj.sha256, obj.uri, problem, detail, obj.kind)
+
+        try:
+            fs, path = self._fs_of(obj.uri)
             digest = hashlib.sha256()
             actual = 0
-            with self.fs.open(path, "rb") as f:
+            with fs.open(path, "rb") as f:
                 while block := f.read(BLOCK_BYTES):
                     digest.update(block)
                     actual += len(block)
-            if actual != size_bytes:
-                yield ScrubFinding(sha256, self.url(key), "size", f"{actual} bytes, expected {size_bytes}")
-            elif digest.hexdigest() != sha256:
-                yield ScrubFinding(sha256, self.url(key), "hash", f"sha256 is now {digest.hexdigest()}")
+        except FileNotFoundError:
+            return found("missing", "object not found in the store")
+        except (OSError, ValueError) as exc:
+            return found("unreadable", f"{type(exc).__name__}: {exc}")
+        if actual != obj.size_bytes:
+            return found("size", f"{actual} bytes, expected {obj.size_bytes}")
+        if digest.hexdigest() != obj.sha256:
+            return found("hash", f"sha256 is now {digest.hexdigest()}")
+        return None
+
+    def _fs_of(self, uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+        """The filesystem and path of a URI: this store's own filesystem for its own objects."""
+        own = self.url("")
+        if uri == own or uri.startswith(own.rstrip("/") + "/"):
+            return self.fs, self.path(uri[len(own.rstrip("/")) + 1 :])
+        fs, path = fsspec.core.url_to_fs(uri)
+        return fs, path
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
 
 
-def _source_state(src_fs: fsspec.AbstractFileSystem, src_path: str) -> dict[str, Any]:
-    """What tells a changed source from an unchanged one: its size and whichever version marks fsspec gives."""
+@contextlib.contextmanager
+def _open_source(
+    src_fs: fsspec.AbstractFileSystem, src_path: str, root: str | None
+) -> Iterator[tuple[BinaryIO, dict[str, Any], Callable[[], dict[str, Any]]]]:
+    """The source opened for reading, its state as opened, and a function that tells its state now.
+
+    A local file's state comes from its descriptor (what is read is what is described); any other
+    filesystem's from fsspec's ``info``.
+    """
+    if isinstance(src_fs, LocalFileSystem):
+        fd, marks = open_beneath(root or os.path.dirname(src_path), src_path)
+        with os.fdopen(fd, "rb", buffering=0) as src:
+            yield src, marks.as_dict(), lambda: Marks.of(os.fstat(fd)).as_dict()
+        return
+    before = source_state(src_fs, src_path)
+    with src_fs.open(src_path, "rb") as src:
+        yield src, before, lambda: source_state(src_fs, src_path)
+
+
+#: fsspec ``info`` keys that change whenever an object's content does (a size or a modification time
+#: alone does not: a same-size rewrite within the clock's resolution keeps both).
+CONTENT_VERSION_KEYS = ("ETag", "etag", "generation", "version_id", "VersionId")
+
+
+def source_state(src_fs: fsspec.AbstractFileSystem, src_path: str) -> dict[str, Any]:
+    """What tells a changed source from an unchanged one.
+
+    Local files: device, inode, size, modification and change time (``ctime`` moves with every write and
+    cannot be set back). Other filesystems: the size and whichever version marks fsspec gives.
+    """
+    if isinstance(src_fs, LocalFileSystem):
+        return Marks.of(os.stat(src_path)).as_dict()
     # Remote filesystems answer info() from their listing cache: the listing discovery made would hide a
     # replaced object. Ask the source itself each time.
     src_fs.invalidate_cache(src_path)
     info = src_fs.info(src_path)
-    marks = ("size", "mtime", "ino", "LastModified", "ETag", "generation", "version_id")
-    return {key: info[key] for key in marks if info.get(key) is not None} | {"size": int(info["size"])}
+    marks = ("size", "mtime", "ino", "LastModified", *CONTENT_VERSION_KEYS)
+    return {key: _jsonable(info[key]) for key in marks if info.get(key) is not None} | {
+        "size": int(info["size"])
+    }
+
+
+def identifies_content(state: dict[str, Any]) -> bool:
+    """Whether an equal ``state`` proves equal content: a local file's ctime, or an object's version."""
+    return "ctime_ns" in state or any(key in state for key in CONTENT_VERSION_KEYS)
+
+
+def _jsonable(value: Any) -> Any:
+    """Catalog rows keep states as JSON: datetimes become ISO text."""
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def _modified_s(info: dict[str, Any]) -> float | None:

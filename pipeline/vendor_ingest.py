@@ -3,7 +3,9 @@
 The Airflow DAG runs the same steps batch by batch (:mod:`pipeline.orchestrate`); this function is the
 one-machine path for the CLI, the demo and tests: one batch, the local runner (or Ray). Files that
 discovery passed over (still being written, outside the vendor root, not regular files) are listed in the
-report with the reason, never dropped silently; every discovered file ends with exactly one episode row.
+report with the reason and, unless they are merely unfinished, recorded in the catalog's
+``passed_over_files``: never dropped silently. Every discovered file ends with exactly one episode row per
+content it held.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.discover import Discovery, discover
-from pipeline.enums import StepName
+from pipeline.enums import PassOverReason, StepName
 from pipeline.steps.base import StepContext, WorkItem
 from pipeline.steps.ingest import catalog_path
 from pipeline.steps.runner import StepSummary, run_step
@@ -102,10 +104,9 @@ def ingest_vendor(
     )
     if empty is not None:
         log.warning("%s: %s", vendor.name, empty[1])
-    for over in found.passed_over:
-        log.warning(
-            "%s: passed over %r (%s): %s", vendor.name, catalog_path(over.path), over.why, over.detail
-        )
+    from pipeline.steps.ingest import IngestStep
+
+    record_passed_over_files(ctx, IngestStep(vendor, ctx).vendor_id, found)
     items = [WorkItem(key=c.path, source_path=c.path, size_bytes=c.size_bytes) for c in found.candidates]
     steps = [StepName.INGEST] + ([StepName.QUALITY_PRE] if gate else [])
     for name in steps:
@@ -116,6 +117,28 @@ def ingest_vendor(
             on_step(name.value, summary)
     report.states = file_states(vendor, ctx, [c.path for c in found.candidates])
     return report
+
+
+def record_passed_over_files(ctx: StepContext, vendor_id: int, found: Discovery) -> int:
+    """Log and record in the catalog (``passed_over_files``) every file discovery passed over, except those
+    still being written (the next run looks at them again); returns how many were recorded."""
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.sources import record_passed_over
+
+    lasting = [p for p in found.passed_over if p.why is not PassOverReason.NOT_READY]
+    for over in found.passed_over:
+        log.warning("passed over %r (%s): %s", catalog_path(over.path), over.why, over.detail)
+    if lasting:
+        with session_scope(make_session_factory(ctx.engine)) as session:
+            for over in lasting:
+                record_passed_over(
+                    session,
+                    vendor_id=vendor_id,
+                    path=catalog_path(over.path),
+                    why=over.why,
+                    detail=over.detail,
+                )
+    return len(lasting)
 
 
 def file_states(vendor: VendorConfig, ctx: StepContext, paths: list[str]) -> dict[str, int]:

@@ -57,6 +57,23 @@ def migrated_database_url(fresh_database_url: Callable[[], str]) -> str:
 
 
 @pytest.fixture(scope="session")
+def role_passwords() -> tuple[str, str]:
+    """The catalog roles' passwords for the whole session (roles are cluster-wide: every test that sets
+    them up uses these, so none locks another out)."""
+    import secrets
+
+    return secrets.token_urlsafe(16), secrets.token_urlsafe(16)
+
+
+@pytest.fixture
+def ingest_role_url(migrated_database_url: str, role_passwords: tuple[str, str]) -> str:
+    """The ingest (writer) role's URL on the migrated database, its privileges granted there."""
+    from pipeline.catalog.roles import ensure_roles
+
+    return ensure_roles(migrated_database_url, *role_passwords).writer_url
+
+
+@pytest.fixture(scope="session")
 def corpus_dir() -> Path:
     """The shared corpus of real files (read-only, never copied into the repo)."""
     if not CORPUS.is_dir():
@@ -71,3 +88,33 @@ def chromium() -> str:
         if candidate and Path(candidate).exists():
             return candidate
     pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
+
+
+@pytest.fixture(scope="session")
+def connection_log(pg_server: LocalPostgres) -> Callable[[str], Callable[[], list[str]]]:
+    """Who connects to a database: the session's server logs every connection (``log_connections``);
+    ``connection_log(database)`` marks the log's end now and returns a function giving the user of every
+    connection to ``database`` since the mark."""
+    import re
+
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(pg_server.url(), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text("ALTER SYSTEM SET log_connections = on"))
+        conn.execute(sa.text("SELECT pg_reload_conf()"))
+    engine.dispose()
+
+    def since_now(database: str) -> Callable[[], list[str]]:
+        start = pg_server.log_file.stat().st_size
+        pattern = re.compile(rf"connection authorized: user=(\S+) database={re.escape(database)}(\s|$)")
+
+        def users() -> list[str]:
+            with open(pg_server.log_file, "rb") as log:
+                log.seek(start)
+                text = log.read().decode("utf-8", "replace")
+            return [m.group(1) for m in pattern.finditer(text)]
+
+        return users
+
+    return since_now

@@ -102,3 +102,59 @@ def test_url_of_a_stopped_cluster_is_a_clear_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["db", "url"], env={"SLUICE_HOME": str(tmp_path / "h")})
     assert result.exit_code != 0
     assert "sluice db up" in str(result.exception)
+
+
+#: ``sluice db up`` and ``sluice db migrate`` in a child whose audit hook looks at the secret files on every
+#: audited event (each open, chmod, chown, subprocess start): any moment one holds bytes with a mode that
+#: lets another user read it is recorded.
+WATCH_SECRETS = r"""
+import json, os, sys
+from pathlib import Path
+home = Path(sys.argv[1])
+root = home / "pg"
+names = ("password", ".initdb-pw", "roles.json")
+exposed = []
+def look(event, args):
+    for name in names:
+        try:
+            st = os.lstat(root / name)
+        except OSError:
+            continue
+        if st.st_size and st.st_mode & 0o077:
+            exposed.append([name, oct(st.st_mode & 0o777), event])
+sys.addaudithook(look)
+from pipeline.pgserver import local_cluster, migrate_catalog
+from pipeline.settings import Settings
+settings = Settings(home=home)
+cluster = local_cluster(settings)
+try:
+    cluster.up()
+    migrate_catalog(settings)
+    modes = {n: oct((root / n).stat().st_mode & 0o777) for n in names if (root / n).exists()}
+finally:
+    cluster.destroy()
+print(json.dumps({"exposed": exposed[:5], "modes": modes}))
+"""
+
+
+def test_secret_files_are_never_readable_by_others_while_the_cluster_comes_up() -> None:
+    import json
+    import subprocess
+    import sys
+
+    base = Path(tempfile.mkdtemp(prefix="sluice-pg-secrets-"))
+    base.chmod(0o755)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", WATCH_SECRETS, str(base / "home")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert report["exposed"] == []
+    assert report["modes"] == {"password": "0o600", "roles.json": "0o600"}

@@ -6,6 +6,7 @@ import hashlib
 import mmap
 import os
 import stat
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import fsspec
 import google_crc32c
 import pytest
-from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 
 from pipeline import staging
 from pipeline.errors import StoreError
@@ -25,6 +26,7 @@ LOCAL = fsspec.filesystem("file")
 
 
 def _write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
 
@@ -148,21 +150,55 @@ def test_unknown_verify_mode_is_refused(tmp_path: Path) -> None:
         Store(tmp_path / "store", verify="quick")  # type: ignore[arg-type]
 
 
-class _AppendsWhenOpened(LocalFileSystem):
-    """A local filesystem whose files grow as they are opened: a vendor still writing the file we land."""
+#: A source to grow once the copy has started: a vendor still writing the file we land.
+_GROW: list[Path] = []
+
+
+def _grow_when_staging_opens(event: str, args: tuple[Any, ...]) -> None:
+    # The staging file (``<store>/tmp/<32 hex>``) is opened after the source was opened and its state taken.
+    if event == "open" and _GROW and isinstance(args[0], str):
+        folder, name = os.path.split(args[0])
+        if folder.endswith(f"{os.sep}store{os.sep}tmp") and len(name) == 32:
+            with open(_GROW.pop(), "ab") as f:
+                f.write(b"late bytes")
+
+
+#: Audit hooks of single tests (a hook cannot be removed once added, so one dispatcher runs them).
+_HOOKS: list[Any] = [_grow_when_staging_opens]
+sys.addaudithook(lambda event, args: [hook(event, args) for hook in list(_HOOKS)])
+
+
+def test_a_local_source_that_changes_while_landing_is_not_published(tmp_path: Path) -> None:
+    src = _write(tmp_path / "src.bin", os.urandom(BLOCK_BYTES + 3))
+    store = Store(tmp_path / "store")
+    _GROW.append(src)
+    try:
+        with pytest.raises(StoreError, match="changed while it was landed"):
+            store.land(LOCAL, str(src))
+    finally:
+        _GROW.clear()
+    for area in ("raw", "tmp"):
+        assert list(Path(store.path(area)).iterdir()) == [], f"{area}/ is not empty"
+
+
+class _GrowsWhenOpened(MemoryFileSystem):
+    """An object store whose objects grow as they are opened: a vendor still uploading the one we land."""
 
     def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
-        with open(path, "ab") as f:
-            f.write(b"late bytes")
+        if mode == "rb":
+            stored = self.store[self._strip_protocol(path)]
+            stored.seek(0, os.SEEK_END)
+            stored.write(b"late bytes")
         return super()._open(path, mode, **kwargs)
 
 
 @pytest.mark.parametrize("store_url", ["local", "memory://sluice-test-changed-source"])
-def test_a_source_that_changes_while_landing_is_not_published(tmp_path: Path, store_url: str) -> None:
-    src = _write(tmp_path / "src.bin", os.urandom(BLOCK_BYTES + 3))
+def test_a_remote_source_that_changes_while_landing_is_not_published(tmp_path: Path, store_url: str) -> None:
+    source = _GrowsWhenOpened()
+    source.pipe("/drop/src.bin", os.urandom(BLOCK_BYTES + 3))
     store = Store(tmp_path / "store" if store_url == "local" else store_url)
     with pytest.raises(StoreError, match="changed while it was landed"):
-        store.land(_AppendsWhenOpened(), str(src))
+        store.land(source, "/drop/src.bin")
     for area in ("raw", "tmp"):
         path = store.path(area)
         assert not store.fs.exists(path) or store.fs.ls(path) == [], f"{area}/ is not empty"
@@ -243,3 +279,92 @@ def test_a_forked_child_starts_with_its_own_landing_buffers(tmp_path: Path) -> N
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert ring[0][:4] == b"PARE"
+
+
+# -- landing opens what discovery checked, never through a link -------------------------------------------
+
+
+def _drop_with_secret(tmp_path: Path) -> tuple[Path, Path]:
+    """A vendor drop holding ``cam/a.mcap``, and a secret outside it."""
+    drop = tmp_path / "drop"
+    _write(drop / "cam" / "a.mcap", b"vendor bytes")
+    secret = _write(tmp_path / "secret", b"root:$6$not-for-the-store")
+    return drop, secret
+
+
+def _assert_nothing_landed(store: Store) -> None:
+    for area in ("raw", "tmp"):
+        assert list(Path(store.path(area)).iterdir()) == [], f"{area}/ is not empty"
+
+
+def test_a_symlink_swapped_in_after_discovery_is_refused(tmp_path: Path) -> None:
+    from pipeline.beneath import SourceRefusedError
+    from pipeline.discover import discover
+
+    drop, secret = _drop_with_secret(tmp_path)
+    store = Store(tmp_path / "store")
+    (candidate,) = discover(LOCAL, str(drop), settle_s=0).candidates
+    target = drop / "cam" / "a.mcap"
+    target.unlink()
+    target.symlink_to(secret)  # swapped between discovery and landing
+    with pytest.raises(SourceRefusedError, match="outside") as refused:
+        store.land(LOCAL, candidate.full_path, root=str(drop))
+    assert refused.value.why == "outside_root"
+    _assert_nothing_landed(store)
+
+
+def test_a_folder_swapped_for_a_link_while_landing_opens_is_refused(tmp_path: Path) -> None:
+    """The race the path check alone loses: the folder becomes a link after it was resolved. The walk opens
+    each component without following links, so the link is met and refused, not followed."""
+    from pipeline.beneath import SourceRefusedError
+
+    drop, secret = _drop_with_secret(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    _write(elsewhere / "a.mcap", secret.read_bytes())
+    store = Store(tmp_path / "store")
+    swapped: list[bool] = []
+
+    def swap_when_the_root_opens(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open" and args[0] == str(drop) and not swapped:
+            swapped.append(True)
+            (drop / "cam").rename(tmp_path / "cam-moved")
+            (drop / "cam").symlink_to(elsewhere)
+
+    _HOOKS.append(swap_when_the_root_opens)
+    try:
+        with pytest.raises(SourceRefusedError, match="became a link") as refused:
+            store.land(LOCAL, str(drop / "cam" / "a.mcap"), root=str(drop))
+    finally:
+        _HOOKS.remove(swap_when_the_root_opens)
+    assert swapped and refused.value.why == "link"
+    _assert_nothing_landed(store)
+
+
+def test_hard_links_and_fifos_are_refused_by_discovery_and_by_landing(tmp_path: Path) -> None:
+    from pipeline.beneath import SourceRefusedError
+    from pipeline.discover import discover
+
+    drop, secret = _drop_with_secret(tmp_path)
+    os.link(secret, drop / "cam" / "linked.mcap")
+    os.mkfifo(drop / "cam" / "pipe.mcap")
+    store = Store(tmp_path / "store")
+    found = discover(LOCAL, str(drop), settle_s=0)
+    assert [c.path for c in found.candidates] == ["cam/a.mcap"]
+    assert {p.path: p.why for p in found.passed_over} == {
+        "cam/linked.mcap": "hard_link",
+        "cam/pipe.mcap": "not_regular",
+    }
+    for name, why in (("linked.mcap", "hard_link"), ("pipe.mcap", "not_regular")):
+        with pytest.raises(SourceRefusedError) as refused:
+            store.land(LOCAL, str(drop / "cam" / name), root=str(drop))  # a FIFO does not hang the open
+        assert refused.value.why == why
+    _assert_nothing_landed(store)
+    assert store.land(LOCAL, str(drop / "cam" / "a.mcap"), root=str(drop)).size_bytes == len(b"vendor bytes")
+
+
+def test_a_link_inside_the_drop_to_a_file_inside_it_is_landed(tmp_path: Path) -> None:
+    drop, _ = _drop_with_secret(tmp_path)
+    (drop / "latest.mcap").symlink_to(drop / "cam" / "a.mcap")
+    landed = Store(tmp_path / "store").land(LOCAL, str(drop / "latest.mcap"), root=str(drop))
+    assert landed.sha256 == hashlib.sha256(b"vendor bytes").hexdigest()
+    assert landed.source_state["ino"] == (drop / "cam" / "a.mcap").stat().st_ino

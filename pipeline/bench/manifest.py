@@ -162,6 +162,7 @@ def ensure_manifest(folder: Path, rows: int) -> mf.ManifestFiles:
             and files.parquet_path.is_file()
             and files.ipc_path.stat().st_size == files.ipc_size_bytes
             and files.parquet_path.stat().st_size == files.parquet_size_bytes
+            and (folder / mf.SUMS_FILE_NAME).is_file()  # what the loader verifies against
             and _schema_metadata(files.ipc_path) == mf.SCHEMA_METADATA  # written by this format version
         ):
             log.info("reusing the generated manifest in %s", folder)

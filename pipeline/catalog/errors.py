@@ -29,6 +29,16 @@ class CatalogConflictError(SluiceError):
         super().__init__(f"{what} {key!r} is recorded as {recorded!r}; refusing to change it to {offered!r}")
 
 
+class HistoryRewriteError(CatalogConflictError):
+    """The catalog refused to rewrite history: a state that may not change so, a final step outcome."""
+
+    def __init__(self, what: str, key: object, refusal: str) -> None:
+        self.what = what
+        self.key = key
+        self.refusal = refusal
+        SluiceError.__init__(self, f"{what} {key!r}: the catalog refused the change: {refusal}")
+
+
 class CatalogMissingError(SluiceError, LookupError):
     """A row the caller named by id does not exist."""
 

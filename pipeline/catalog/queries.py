@@ -7,9 +7,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from pipeline.catalog.models import Blob, CheckResult, Episode, SourceFile, Vendor
-from pipeline.enums import CheckStatus, FileState
+from pipeline.catalog.models import Artifact, Blob, CheckResult, Episode, Manifest, SourceFile, Vendor
+from pipeline.enums import ArtifactKind, CheckStatus, FileState
 from pipeline.errors import UnknownChoiceError
+from pipeline.store import Store, StoredObject
+
+ARTIFACT_KINDS = frozenset(k.value for k in ArtifactKind)
 
 
 def require_vendor(session: Session, name: str) -> None:
@@ -93,3 +96,26 @@ def failed_checks(session: Session, episode_ids: list[int]) -> dict[int, list[di
 def all_blobs(session: Session) -> list[tuple[str, int]]:
     """(sha256, size_bytes) of every landed raw object."""
     return [(r.sha256, r.size_bytes) for r in session.execute(select(Blob.sha256, Blob.size_bytes))]
+
+
+def stored_objects(session: Session, store: Store) -> list[StoredObject]:
+    """Every object the catalog records a sha256 for, once each: raw blobs (at their place in ``store``),
+    derived artifacts of every kind, and both files of every manifest."""
+    objects = [
+        StoredObject("raw", store.url(store.raw_key(sha256)), sha256, size)
+        for sha256, size in all_blobs(session)
+    ]
+    artifacts = select(Artifact.kind, Artifact.uri, Artifact.sha256, Artifact.size_bytes).order_by(
+        Artifact.id
+    )
+    manifests = select(Manifest.format, Manifest.uri, Manifest.sha256, Manifest.size_bytes).order_by(
+        Manifest.id
+    )
+    seen = {o.uri for o in objects}
+    for kind, uri, sha256, size in [*session.execute(artifacts), *session.execute(manifests)]:
+        if uri not in seen:  # a manifest's IPC file is also its lineage artifact
+            seen.add(uri)
+            objects.append(
+                StoredObject(kind if kind in ARTIFACT_KINDS else f"manifest_{kind}", uri, sha256, size)
+            )
+    return objects

@@ -2,10 +2,15 @@
 
 What each may do, on the catalog's tables (not ``alembic_version``, which both may only read):
 
-* **writer** (``sluice_ingest``): SELECT and INSERT everywhere, UPDATE everywhere except ``blobs``. Upserts
-  with ``ON CONFLICT DO UPDATE`` need UPDATE on their table, so they work everywhere but on ``blobs``,
-  whose upsert is ``DO NOTHING`` (INSERT is enough): a raw object's row is write-once. No DELETE, no
-  TRUNCATE, no CREATE in the schema.
+* **writer** (``sluice_ingest``, the role every step connects as): SELECT and INSERT everywhere, UPDATE
+  everywhere except where history lives. Upserts with ``ON CONFLICT DO UPDATE`` need UPDATE on their
+  table, so they work everywhere but on ``blobs``, whose upsert is ``DO NOTHING`` (INSERT is enough): a raw
+  object's row is write-once. On ``source_files`` it may update ``source_state`` only (a path is never
+  repointed to other bytes), on ``episodes`` the metadata columns only: a state changes through
+  ``sluice_set_episode_state()`` (a SECURITY DEFINER function that refuses to leave ``duplicate`` or go
+  back to ``pending``, and appends each change to ``episode_state_changes``, which the writer may only
+  read). A trigger keeps a final step outcome from being rewritten by anyone. No DELETE, no TRUNCATE, no
+  CREATE in the schema.
 * **reader** (``sluice_curation``): SELECT only.
 
 Why this is a separate step and not a migration: roles belong to the whole cluster while migrations belong
@@ -26,6 +31,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import psycopg2
 from psycopg2 import errors as pg_errors
@@ -35,7 +41,12 @@ from psycopg2.extensions import encrypt_password
 from sqlalchemy import make_url
 
 from pipeline.catalog.errors import RoleSetupError
-from pipeline.catalog.models import Base, Blob
+from pipeline.catalog.models import Base, Blob, EpisodeStateChange, SourceFile
+from pipeline.catalog.models import Episode as EpisodeModel
+from pipeline.catalog.sources import EPISODE_METADATA
+
+if TYPE_CHECKING:
+    from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +55,15 @@ WRITE_ONCE_TABLES = frozenset({Blob.__tablename__})
 VERSION_TABLE = "alembic_version"
 WRITER_PRIVILEGES = sql.SQL("SELECT, INSERT, UPDATE")
 WRITE_ONCE_PRIVILEGES = sql.SQL("SELECT, INSERT")
+#: Tables whose rows the writer may change in these columns only.
+WRITER_UPDATE_COLUMNS: dict[str, tuple[str, ...]] = {
+    SourceFile.__tablename__: ("source_state",),
+    EpisodeModel.__tablename__: (*EPISODE_METADATA, "updated_at"),
+}
+#: History the writer may only read (the state function appends to it as the catalog's owner).
+WRITER_READ_ONLY_TABLES = frozenset({EpisodeStateChange.__tablename__})
+#: How the writer changes an episode's state (created by migration 0002).
+STATE_FUNCTION = "sluice_set_episode_state(bigint, text, text[], text, bigint, boolean, text, text)"
 
 
 @dataclass(frozen=True)
@@ -149,10 +169,19 @@ def grant_privileges(admin_url: str, names: RoleNames = RoleNames()) -> list[str
         cur.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), both))
         for table in tables:
             target = sql.Identifier(schema, table)
-            writer_privileges = WRITE_ONCE_PRIVILEGES if table in WRITE_ONCE_TABLES else WRITER_PRIVILEGES
             cur.execute(sql.SQL("REVOKE ALL ON TABLE {} FROM {}").format(target, both))
-            cur.execute(sql.SQL("GRANT {} ON TABLE {} TO {}").format(writer_privileges, target, writer))
+            cur.execute(
+                sql.SQL("GRANT {} ON TABLE {} TO {}").format(_writer_privileges(table), target, writer)
+            )
+            if table in WRITER_UPDATE_COLUMNS:
+                columns = sql.SQL(", ").join(sql.Identifier(c) for c in WRITER_UPDATE_COLUMNS[table])
+                cur.execute(sql.SQL("GRANT UPDATE ({}) ON TABLE {} TO {}").format(columns, target, writer))
             cur.execute(sql.SQL("GRANT SELECT ON TABLE {} TO {}").format(target, reader))
+        cur.execute("SELECT to_regprocedure(%s) IS NOT NULL", (STATE_FUNCTION,))
+        if cur.fetchone()[0]:
+            function = sql.SQL(STATE_FUNCTION)  # a constant of this module, not user input
+            cur.execute(sql.SQL("REVOKE ALL ON FUNCTION {} FROM PUBLIC, {}").format(function, both))
+            cur.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(function, writer))
         if VERSION_TABLE in present:
             target = sql.Identifier(schema, VERSION_TABLE)
             cur.execute(sql.SQL("REVOKE ALL ON TABLE {} FROM {}").format(target, both))
@@ -161,6 +190,50 @@ def grant_privileges(admin_url: str, names: RoleNames = RoleNames()) -> list[str
         "granted %s and %s on %d catalog tables of %s", names.writer, names.reader, len(tables), database
     )
     return tables
+
+
+def _writer_privileges(table: str) -> sql.Composable:
+    if table in WRITER_READ_ONLY_TABLES:
+        return sql.SQL("SELECT")
+    if table in WRITE_ONCE_TABLES or table in WRITER_UPDATE_COLUMNS:
+        return WRITE_ONCE_PRIVILEGES
+    return WRITER_PRIVILEGES
+
+
+def step_database_url(settings: Settings) -> str:
+    """The URL steps connect to the catalog with: the ingest (writer) role's.
+
+    ``SLUICE_INGEST_DATABASE_URL`` when set; on the local cluster, the writer's URL built from the passwords
+    ``sluice db migrate`` keeps beside it; with only ``SLUICE_DATABASE_URL`` set, that URL (logged as a
+    warning: its role is usually the catalog's owner, which may rewrite history).
+    """
+    import json
+
+    from pipeline.pgserver import ROLES_FILE, local_cluster
+
+    if settings.ingest_database_url:
+        return settings.ingest_database_url
+    if settings.database_url:
+        if settings.database_url not in _warned:
+            _warned.add(settings.database_url)
+            log.warning(
+                "SLUICE_INGEST_DATABASE_URL is not set: steps connect as SLUICE_DATABASE_URL's role (%s), "
+                "not as the ingest role",
+                make_url(settings.database_url).username,
+            )
+        return settings.database_url
+    cluster = local_cluster(settings)
+    try:
+        passwords = json.loads((cluster.root / ROLES_FILE).read_text())
+    except FileNotFoundError:
+        raise RoleSetupError(
+            f"the catalog's roles are not set up on the local cluster ({cluster.root / ROLES_FILE} is "
+            "missing): run `sluice db migrate`"
+        ) from None
+    return role_urls(cluster.url(), passwords["writer"], passwords["reader"]).writer_url
+
+
+_warned: set[str] = set()
 
 
 @contextmanager

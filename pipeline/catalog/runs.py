@@ -132,6 +132,53 @@ def finish_pipeline_run(
         raise CatalogMissingError("pipeline run", pipeline_run_id)
 
 
+#: The step a run's abandonment is recorded under in its warnings (no step failed: the run's process died).
+ABANDONED = "abandoned"
+
+
+def close_abandoned_runs(session: Session, *, idle_s: float, vendor_id: int | None = None) -> list[int]:
+    """Close every run still ``running`` with no activity for ``idle_s`` (neither its start nor any step
+    run of it): the process that ran it was killed (kill -9, a lost node) before it could record an
+    outcome, and nothing else ever will. Each becomes ``failed`` with a critical entry saying why; a
+    later re-run of the same Airflow run re-opens it. Returns the ids closed."""
+    if idle_s <= 0:
+        raise CatalogValueError("idle_s", idle_s, "seconds > 0")
+    last_step = (
+        select(
+            func.max(func.greatest(StepRun.started_at, func.coalesce(StepRun.ended_at, StepRun.started_at)))
+        )
+        .where(StepRun.pipeline_run_id == PipelineRun.id)
+        .scalar_subquery()
+    )
+    last_activity = func.greatest(PipelineRun.started_at, func.coalesce(last_step, PipelineRun.started_at))
+    cutoff = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, idle_s)
+    entry = func.jsonb_build_object(
+        "step",
+        ABANDONED,
+        "critical",
+        True,
+        "detail",
+        func.concat(
+            "no activity since ",
+            func.to_char(func.timezone("UTC", last_activity), 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+            f"; the process running it stopped without an outcome (closed after {idle_s:g} s idle)",
+        ),
+    )
+    stmt = (
+        update(table_of(PipelineRun))
+        .where(PipelineRun.outcome == RunOutcome.RUNNING.value, last_activity < cutoff)
+        .values(
+            outcome=RunOutcome.FAILED.value,
+            ended_at=func.now(),
+            warnings=PipelineRun.warnings.op("||")(func.jsonb_build_array(entry)),
+        )
+        .returning(PipelineRun.id)
+    )
+    if vendor_id is not None:
+        stmt = stmt.where(PipelineRun.vendor_id == vendor_id)
+    return sorted(session.execute(stmt).scalars())
+
+
 def upsert_batch(
     session: Session,
     *,

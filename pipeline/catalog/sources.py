@@ -4,9 +4,10 @@ Every write is an idempotent upsert keyed on a unique constraint, so Airflow's a
 retries never duplicate a row. Functions take an open :class:`~sqlalchemy.orm.Session` and never commit:
 the caller owns the transaction (see :func:`pipeline.catalog.engine.session_scope`).
 
-Write-once rows (blobs, a vendor path's blob, an episode's input) are inserted with ``ON CONFLICT DO
+Write-once rows (blobs, a vendor path's versions, an episode's input) are inserted with ``ON CONFLICT DO
 NOTHING`` and then read back; if the recorded row differs from what is offered,
-:class:`~pipeline.catalog.errors.CatalogConflictError` is raised instead of overwriting it.
+:class:`~pipeline.catalog.errors.CatalogConflictError` is raised instead of overwriting it. An episode's
+state changes only through the catalog's ``sluice_set_episode_state()``, which keeps its history.
 """
 
 from __future__ import annotations
@@ -16,20 +17,35 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import BigInteger, cast, func, literal, or_, select, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import BigInteger, Text, cast, func, literal, or_, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from pipeline.catalog import _values as v
-from pipeline.catalog.errors import CatalogConflictError, CatalogMissingError, CatalogValueError
-from pipeline.catalog.models import Blob, Calibration, Episode, SourceFile, Stream, Vendor, table_of
-from pipeline.enums import FileState, ReasonCode, SourceKind, StreamRole
+from pipeline.catalog.errors import (
+    CatalogConflictError,
+    CatalogMissingError,
+    CatalogValueError,
+    HistoryRewriteError,
+)
+from pipeline.catalog.models import (
+    Blob,
+    Calibration,
+    Episode,
+    PassedOverFile,
+    SourceFile,
+    Stream,
+    Vendor,
+    table_of,
+)
+from pipeline.enums import FileState, PassOverReason, ReasonCode, SourceKind, StepName, StreamRole
 
 
 class SourceFileRef(NamedTuple):
     id: int
     created: bool
+    version: int = 1
 
 
 class EpisodeRef(NamedTuple):
@@ -59,6 +75,8 @@ class StreamStats:
     skew_max_ns: int | None = None
 
 
+#: Looks at a path's versions before giving up: each try loses only to another writer's new version.
+_VERSION_TRIES = 8
 #: First key of the per-blob advisory locks (``pg_advisory_xact_lock(int4, int4)``); any fixed int4.
 BLOB_LOCK_NAMESPACE = 0x5B10B
 _INT4_MAX = 2**31 - 1
@@ -148,30 +166,70 @@ def find_blob(session: Session, sha256: str) -> int | None:
     return session.execute(select(Blob.id).where(Blob.sha256 == sha256)).scalar_one_or_none()
 
 
-def register_source_file(session: Session, *, vendor_id: int, path: str, blob_id: int) -> SourceFileRef:
+def register_source_file(
+    session: Session,
+    *,
+    vendor_id: int,
+    path: str,
+    blob_id: int,
+    source_state: Mapping[str, Any] | None = None,
+) -> SourceFileRef:
     """Record that ``path`` of a vendor holds blob ``blob_id``; ``created`` is True for the first caller.
 
-    A path is an alias and keeps the content it was first seen with: a different blob at a recorded path
-    raises :class:`CatalogConflictError`.
+    A path keeps every content it was seen with: bytes it held before give that row back (its
+    ``source_state`` refreshed when one is given), new bytes become its next ``version``. Concurrent
+    writers are safe (a lost insert looks again); ingest also holds the vendor's registration lock
+    (:data:`pipeline.steps.ingest.VENDOR_LOCK_NAMESPACE`), so its writers never race at all.
     """
-    values = {"vendor_id": vendor_id, "path": v.nonempty(path, "source path"), "blob_id": blob_id}
-    stmt = (
-        insert(table_of(SourceFile))
-        .values(values)
-        .on_conflict_do_nothing(index_elements=[SourceFile.vendor_id, SourceFile.path])
-        .returning(SourceFile.id)
-    )
-    source_file_id = session.execute(stmt).scalar_one_or_none()
-    if source_file_id is not None:
-        return SourceFileRef(source_file_id, True)
-    recorded = session.execute(
-        select(SourceFile.id, SourceFile.blob_id).where(
-            SourceFile.vendor_id == vendor_id, SourceFile.path == path
+    path = v.nonempty(path, "source path")
+    state = None if source_state is None else dict(source_state)
+    for _ in range(_VERSION_TRIES):
+        versions = session.execute(
+            select(SourceFile.id, SourceFile.version, SourceFile.blob_id, SourceFile.source_state)
+            .where(SourceFile.vendor_id == vendor_id, SourceFile.path == path)
+            .order_by(SourceFile.version)
+        ).all()
+        for row in versions:
+            if row.blob_id == blob_id:
+                if state is not None and row.source_state != state:
+                    session.execute(
+                        update(table_of(SourceFile)).where(SourceFile.id == row.id).values(source_state=state)
+                    )
+                return SourceFileRef(row.id, False, row.version)
+        version = versions[-1].version + 1 if versions else 1
+        stmt = (
+            insert(table_of(SourceFile))
+            .values(vendor_id=vendor_id, path=path, version=version, blob_id=blob_id, source_state=state)
+            .on_conflict_do_nothing()
+            .returning(SourceFile.id)
         )
-    ).one()
-    if recorded.blob_id != blob_id:
-        raise CatalogConflictError("blob of source file", path, recorded.blob_id, blob_id)
-    return SourceFileRef(recorded.id, False)
+        source_file_id = session.execute(stmt).scalar_one_or_none()
+        if source_file_id is not None:
+            return SourceFileRef(source_file_id, True, version)
+        # Another writer registered this path meanwhile (the same bytes, or other bytes under this
+        # version number): look again.
+    raise CatalogConflictError(
+        f"a new version of source file (after {_VERSION_TRIES} tries)", path, "taken", blob_id
+    )
+
+
+def record_passed_over(
+    session: Session, *, vendor_id: int, path: str, why: PassOverReason | str, detail: str
+) -> None:
+    """Record (or refresh) that a file under a vendor root was not taken, and why."""
+    values = {
+        "vendor_id": vendor_id,
+        "path": v.nonempty(path, "source path"),
+        "why": v.member(PassOverReason, why, "pass-over reason").value,
+        "detail": detail,
+    }
+    ins = insert(table_of(PassedOverFile)).values(values)
+    session.execute(
+        ins.on_conflict_do_update(
+            index_elements=[PassedOverFile.vendor_id, PassedOverFile.path],
+            set_={"why": ins.excluded.why, "detail": ins.excluded.detail, "last_seen_at": func.now()},
+        )
+    )
 
 
 def upsert_calibration(
@@ -318,11 +376,17 @@ def set_episode_state(
     detail: str | None = None,
     duplicate_of_id: int | None = None,
     merge_reasons: bool = False,
+    step: StepName | str | None = None,
+    config_hash: str | None = None,
 ) -> list[str]:
     """Set an episode's state and reasons (a sorted set); returns the reasons stored.
 
     ``merge_reasons`` keeps the reasons already recorded (the post gate adds to the pre gate's). A
-    ``duplicate`` must name the episode it duplicates.
+    ``duplicate`` must name the episode it duplicates. The change goes through the catalog's
+    ``sluice_set_episode_state()`` (the only way the ingest role may change a state): it takes the row
+    lock (two gates merging at once keep each other's reasons), refuses to leave ``duplicate`` or to go
+    back to ``pending`` (:class:`CatalogConflictError`), and appends the change, with ``step`` and
+    ``config_hash``, to ``episode_state_changes``.
     """
     new_state = v.member(FileState, state, "file state")
     new_reasons = v.members(ReasonCode, reasons, "reason code")
@@ -330,29 +394,33 @@ def set_episode_state(
         raise CatalogValueError(
             "duplicate_of_id", None, f"an episode id when the state is {new_state.value!r}"
         )
-    if merge_reasons:
-        # FOR UPDATE: two gates merging at once must not lose each other's reasons.
-        recorded = session.execute(
-            select(Episode.reasons).where(Episode.id == episode_id).with_for_update()
-        ).scalar_one_or_none()
-        if recorded is None:
-            raise CatalogMissingError("episode", episode_id)
-        new_reasons = sorted(set(recorded) | set(new_reasons))
-    stmt = (
-        update(table_of(Episode))
-        .where(Episode.id == episode_id)
-        .values(
-            state=new_state.value,
-            reasons=new_reasons,
-            detail=detail,
-            duplicate_of_id=duplicate_of_id,
-            updated_at=func.now(),
-        )
-        .returning(Episode.id)
+    call = func.sluice_set_episode_state(
+        literal(episode_id, BigInteger),
+        new_state.value,
+        cast(new_reasons, ARRAY(Text)),
+        cast(detail, Text),
+        cast(duplicate_of_id, BigInteger),
+        merge_reasons,
+        cast(v.optional_member(StepName, step, "step"), Text),
+        cast(config_hash, Text),
     )
-    if session.execute(stmt).scalar_one_or_none() is None:
-        raise CatalogMissingError("episode", episode_id)
-    return new_reasons
+    try:
+        with session.begin_nested():
+            stored = session.execute(select(call)).scalar_one()
+    except DBAPIError as exc:
+        code = getattr(exc.orig, "pgcode", None)
+        if code == "P0002":  # no_data_found
+            raise CatalogMissingError("episode", episode_id) from exc
+        if code == "23000":  # integrity_constraint_violation: a transition the catalog refuses
+            raise HistoryRewriteError("state of episode", episode_id, _refusal(exc)) from exc
+        raise
+    return list(stored)
+
+
+def _refusal(exc: DBAPIError) -> str:
+    """The message Postgres raised (without the SQL that SQLAlchemy adds)."""
+    diag = getattr(exc.orig, "diag", None)
+    return str(getattr(diag, "message_primary", None) or exc.orig)
 
 
 def claim_original(session: Session, *, blob_id: int, episode_id: int) -> int | None:

@@ -34,6 +34,7 @@ def make_console(*, stderr: bool = False) -> Console:
 
 
 console = make_console()
+#: Progress, warnings and diagnostics: on stderr, so that ``--json`` output on stdout is JSON and nothing else.
 error_console = make_console(stderr=True)
 
 

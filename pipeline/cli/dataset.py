@@ -117,6 +117,7 @@ def build(
             engine=engine,
             warehouse_path=settings.warehouse_path,
             store=Store(settings.store, verify=settings.store_verify),
+            limits=settings.warehouse_limits,
         )
     finally:
         engine.dispose()

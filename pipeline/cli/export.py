@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from pipeline.cli._common import console, context, print_json
+from pipeline.cli._common import console, context, error_console, print_json
 
 app = typer.Typer(no_args_is_help=True, help="Export dataset versions (LeRobot v3).")
 
@@ -26,7 +26,7 @@ def lerobot(
     if not sep or not name or not version:
         raise UnknownChoiceError("dataset version (NAME@VERSION)", dataset_version, ["NAME@VERSION"])
     ctx = context()
-    with console.status(f"exporting {dataset_version}…"):
+    with error_console.status(f"exporting {dataset_version}…"):
         report = export_dataset_version(ctx.engine, name, version, out, robot_type=robot_type or None)
     if as_json:
         print_json(report.as_dict())

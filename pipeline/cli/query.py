@@ -30,14 +30,32 @@ def command(
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON array of objects."),
     max_rows: int = typer.Option(1000, "--max-rows", min=1, help="Stop after this many rows."),
     warehouse: Path = typer.Option(None, "--warehouse", help="Warehouse file (default: SLUICE_HOME's)."),
+    timeout_s: float = typer.Option(
+        None,
+        "--timeout-s",
+        min=0.001,
+        help="Stop the query after this long (default: SLUICE_WAREHOUSE_TIMEOUT_S, 300).",
+    ),
+    memory_limit_bytes: int = typer.Option(
+        None,
+        "--memory-limit-bytes",
+        min=64 << 20,
+        help="Memory the query may use before spilling (default: SLUICE_WAREHOUSE_MEMORY_LIMIT_BYTES, 2 GiB).",
+    ),
 ) -> None:
     """Run read-only SQL over the warehouse: the sandbox refuses writes, files and extensions."""
     from pipeline.settings import load_settings
     from pipeline.warehouse.query import run_query
 
-    path = warehouse or load_settings().warehouse_path
+    settings = load_settings()
+    path = warehouse or settings.warehouse_path
+    limits = settings.warehouse_limits
+    if timeout_s is not None:
+        limits = limits.model_copy(update={"timeout_s": timeout_s})
+    if memory_limit_bytes is not None:
+        limits = limits.model_copy(update={"memory_limit_bytes": memory_limit_bytes})
     bound = dict(_param(p) for p in params)
-    result = run_query(path, sql, bound, max_rows=max_rows)
+    result = run_query(path, sql, bound, max_rows=max_rows, limits=limits)
     rows = result.table.to_pylist()
     if as_json:
         typer.echo(json.dumps(rows, default=str, ensure_ascii=False))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from pipeline.cli._common import console
+from pipeline.cli._common import console, error_console
 
 #: Where reports go by default, under SLUICE_HOME (not the working directory, which may be the clone).
 REPORTS_FOLDER = "reports"
@@ -28,7 +28,7 @@ def command(
 
     settings = load_settings()
     sources = view_sources(settings)
-    with console.status("gathering the run and drawing its plots…"):
+    with error_console.status("gathering the run and drawing its plots…"):
         target = out or settings.home_abs / REPORTS_FOLDER / f"sluice-run-{resolve_run(sources, run).id}.html"
         path = write_report(sources, run, target, bench_files=bench)
     console.print(f"report written to {path} ({path.stat().st_size / 1e3:.0f} kB)", highlight=False)

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from pipeline.cli._common import console, context, print_json
+from pipeline.cli._common import console, context, error_console, print_json
 
 
 def command(
@@ -58,7 +58,7 @@ def command(
         with fsspec.open(uri, "rb") as fh:
             rows = pq.read_table(fh).to_pylist()
         options = ShardOptions.model_validate({"target_shard_bytes": target})
-        with console.status(f"writing shards of {len(rows)} manifest rows…"):
+        with error_console.status(f"writing shards of {len(rows)} manifest rows…"):
             write_shards(
                 rows,
                 target,

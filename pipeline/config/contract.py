@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import fsspec
 from pydantic import ByteSize, Field, JsonValue, field_validator, model_validator
@@ -57,6 +58,39 @@ class StampSource(StrEnum):
     CONTAINER = "container"  # presentation timestamps of a video container
 
 
+#: ``storage_options`` keys (at any depth, case and ``-``/``_`` ignored) that hold credentials in the fsspec
+#: backends we know (s3fs, gcsfs, adlfs, HTTP headers, SFTP): a vendor file is stored whole in the catalog,
+#: where the read-only curation role reads it, so secrets come from the environment instead.
+CREDENTIAL_KEYS = frozenset(
+    {
+        "key", "secret", "token", "password", "passwd", "passphrase", "sessiontoken",
+        "awsaccesskeyid", "awssecretaccesskey", "awssessiontoken", "accountkey", "sastoken",
+        "connectionstring", "clientsecret", "privatekey", "authorization", "credentials", "apikey",
+        "accesskey", "secretkey", "credential",
+    }
+)  # fmt: skip
+#: gcsfs takes ``token`` as the name of a way to authenticate as well; those names are no secret.
+_TOKEN_METHODS = frozenset({"anon", "google_default", "cloud", "browser"})
+
+
+def credential_paths(options: JsonValue, at: str = "storage_options") -> list[str]:
+    """Key paths under ``options`` whose key names a credential (see :data:`CREDENTIAL_KEYS`)."""
+    found = []
+    if isinstance(options, dict):
+        for key, value in options.items():
+            path = f"{at}.{key}"
+            normal = str(key).lower().replace("-", "").replace("_", "")
+            method = normal == "token" and isinstance(value, str) and value in _TOKEN_METHODS
+            if normal in CREDENTIAL_KEYS and value not in (None, "") and not method:
+                found.append(path)
+            else:
+                found += credential_paths(value, path)
+    elif isinstance(options, list):
+        for i, value in enumerate(options):
+            found += credential_paths(value, f"{at}[{i}]")
+    return found
+
+
 class SourceConfig(FrozenModel):
     """Where a vendor's drop lives and which files in it are inputs."""
 
@@ -93,9 +127,27 @@ class SourceConfig(FrozenModel):
         description="A file is complete when size and mtime are unchanged over this interval.",
     )
 
+    @field_validator("storage_options")
+    @classmethod
+    def _no_credentials(cls, options: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        found = credential_paths(options)
+        if found:
+            raise ValueError(
+                f"{', '.join(found)} hold(s) a credential: a vendor file is kept whole in the catalog "
+                "(vendors.config), which the read-only curation role can read. Give credentials through "
+                "the environment (e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
+                "GOOGLE_APPLICATION_CREDENTIALS) or the backend's own config file"
+            )
+        return options
+
     @field_validator("url")
     @classmethod
     def _known_protocol(cls, url: str) -> str:
+        if urlsplit(url).password:
+            raise ValueError(
+                "the URL holds a password (user:password@host): a vendor file is kept whole in the "
+                "catalog; give credentials through the environment"
+            )
         if "::" in url:
             raise ValueError(f"chained fsspec URL {url!r} is not supported: give one protocol")
         protocol, _ = fsspec.core.split_protocol(url)
@@ -233,8 +285,11 @@ class VideoContract(FrozenModel):
     codecs: Annotated[tuple[VideoCodec, ...], SortedSet, Lax] = Field(
         default=("h264", "hevc"),
         min_length=1,
-        description="Allowed video codecs.",
-        json_schema_extra=controls((PRE, "allowed_codecs", R.UNSUPPORTED_ENCODING)),
+        description="Allowed video codecs; others are quarantined undecoded.",
+        json_schema_extra=controls(
+            (PRE, "allowed_codecs", R.UNSUPPORTED_ENCODING),
+            (PRE, "video.unsupported_encoding", R.UNSUPPORTED_ENCODING),
+        ),
     )
     # 320x240 is the smallest frame a policy input is still cut from; 7680x4320 (8K) bounds the decoder's
     # frame buffers, so the probe refuses decompression bombs before decoding them.

@@ -135,8 +135,10 @@ def resolve_plain(text: str) -> tuple[Any, str | None]:
         return False, None
     if _INT.fullmatch(text):
         return int(text), None
-    if _FLOAT.fullmatch(text) or text in _INF_NAN:
-        return float(text.replace(".Inf", "inf").replace(".INF", "inf").replace(".inf", "inf").lower()), None
+    if _FLOAT.fullmatch(text):
+        return float(text), None
+    if text in _INF_NAN:  # .inf, -.Inf, .NaN ...: Python spells them without the dot
+        return float(text.lower().replace(".", "")), None
     for pattern, advice in _AMBIGUOUS:
         if pattern.fullmatch(text):
             return text, (

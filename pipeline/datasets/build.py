@@ -63,12 +63,13 @@ from pipeline.errors import StoreError
 from pipeline.manifest.format import (
     IPC_FILE_NAME,
     PARQUET_FILE_NAME,
+    SUMS_FILE_NAME,
     ManifestFiles,
     write_manifest,
 )
 from pipeline.store import MANIFESTS, TMP, Store, fsync_path
 from pipeline.version import code_version
-from pipeline.warehouse.connection import WarehouseLimits, open_warehouse
+from pipeline.warehouse.connection import WarehouseLimits, open_warehouse, statement_deadline
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,11 @@ def build(
     with session_scope(make_session_factory(engine)) as session:
         _lock(session, spec.name)
         frozen = frozen_eval_episodes(session, spec.name)
+        limits = limits or WarehouseLimits()
         con = open_warehouse(warehouse_path, read_only=True, limits=limits)
         try:
-            selection = select_rows(con, spec, frozen, store_reader(store))
+            with statement_deadline(con, limits, spec.filter.where):
+                selection = select_rows(con, spec, frozen, store_reader(store))
         finally:
             con.close()
         if selection.table.num_rows == 0:
@@ -167,7 +170,7 @@ def _publish(store: Store, staging: Path, key: str) -> tuple[str, str]:
             if store.fs.exists(final):
                 log.warning("replacing unrecorded leftover manifest folder %s", final)
                 store.fs.rm(final, recursive=True)
-            for name in (IPC_FILE_NAME, PARQUET_FILE_NAME):
+            for name in (IPC_FILE_NAME, PARQUET_FILE_NAME, SUMS_FILE_NAME):
                 store.fs.put_file(str(staging / name), f"{final}/{name}")
     except OSError as exc:
         raise StoreError(f"cannot publish the manifest to {store.url(key)}: {exc}") from exc

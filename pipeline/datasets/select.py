@@ -147,6 +147,8 @@ def select_rows(
             f"SELECT count(*), count(*) FILTER (WHERE split = 'eval') FROM {_EPISODES}"
         ).fetchall()[0]
         table = _rows(con, spec, read_documents)
+    except (duckdb.InterruptException, duckdb.OutOfMemoryException):
+        raise  # the caller's limits stopped it (pipeline.warehouse.connection.statement_deadline says why)
     except duckdb.Error as exc:
         text = str(exc).strip().splitlines()[0]
         raise DatasetBuildError(spec.name, f"selecting episodes in the warehouse failed: {text}") from None
@@ -173,7 +175,7 @@ def _match(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> tuple[int, int]
         "episode_id, vendor, robot_id, session_id, task, content_fingerprint, duplicate_of_id, "
         "dedup_group, representative, "
         "start_time_ns, end_time_ns, duration_s, source_sha256, blob_id, transcoded_uri, "
-        "transcoded_artifact_id, n_clips, clips_uri, quality_sync, quality_completeness, quality_visual, "
+        "transcoded_sha256, transcoded_artifact_id, n_clips, clips_uri, quality_sync, quality_completeness, quality_visual, "
         "quality_motion, quality_transcode, "
         "(transcoded_uri IS NOT NULL OR n_clips > 0) AND start_time_ns IS NOT NULL "
         "AND end_time_ns IS NOT NULL AS usable, "
@@ -291,6 +293,7 @@ SELECT
     CAST(e.quality_transcode AS FLOAT) AS {mf.QUALITY_TRANSCODE},
     e.split AS {mf.SPLIT},
     e.source_sha256 AS {mf.SOURCE_SHA256},
+    coalesce(c.clip_sha256, e.transcoded_sha256) AS {mf.URI_SHA256},
     e.robot_id, e.session_id, e.task, e.group_key,
     w.clip_index, w.source_start_ns, w.source_end_ns,
     e.episode_id AS episode_id_int,

@@ -28,7 +28,12 @@ from filelock import FileLock
 from filelock import Timeout as FileLockTimeout
 
 from pipeline.errors import SluiceError
-from pipeline.manifest.errors import CacheLockTimeoutError, ManifestFetchError, ManifestIntegrityError
+from pipeline.manifest.errors import (
+    CacheLockTimeoutError,
+    ManifestFetchError,
+    ManifestIntegrityError,
+    ManifestUnverifiableError,
+)
 from pipeline.store import fsync_path
 
 log = logging.getLogger(__name__)
@@ -96,6 +101,30 @@ def fetch(
             return _download(fs, path, canonical, data_path, record_path, expected_sha256)
     except FileLockTimeout:
         raise CacheLockTimeoutError(lock.lock_file, lock_timeout_s) from None
+
+
+def recorded_sha256(uri: str, storage_options: dict[str, Any] | None = None) -> str:
+    """The sha256 the sums file beside a manifest (:data:`~pipeline.manifest.format.SUMS_FILE_NAME`)
+    records for it; :class:`ManifestUnverifiableError` when there is none."""
+    from pipeline.manifest.format import SUMS_FILE_NAME, parse_sums
+
+    try:
+        fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+    except (ValueError, ImportError) as exc:
+        raise ManifestFetchError(f"cannot open a filesystem for manifest {uri!r}: {exc}") from exc
+    folder, _, name = path.rpartition("/")
+    sums_path = f"{folder}/{SUMS_FILE_NAME}"
+    sums_uri = fs.unstrip_protocol(sums_path)
+    try:
+        text = fs.cat_file(sums_path).decode("utf-8", "replace")
+    except FileNotFoundError:
+        raise ManifestUnverifiableError(uri, sums_uri, "does not exist") from None
+    except Exception as exc:  # fsspec backends raise their own types
+        raise ManifestFetchError(f"cannot read {sums_uri!r}: {exc!r}") from exc
+    sums = parse_sums(text, sums_uri)
+    if name not in sums:
+        raise ManifestUnverifiableError(uri, sums_uri, f"does not name {name!r}")
+    return sums[name]
 
 
 def _valid_entry(

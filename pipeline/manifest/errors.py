@@ -46,6 +46,17 @@ class ManifestFetchError(StoreError):
     """The manifest cannot be read from its store or written into the node-local cache."""
 
 
+class ManifestUnverifiableError(ManifestFetchError):
+    """No sha256 to check a manifest against: none given, and no sums file beside it."""
+
+    def __init__(self, uri: str, sums_uri: str, detail: str) -> None:
+        self.uri = uri
+        super().__init__(
+            f"manifest {uri!r} cannot be verified: no expected_sha256 was given and {sums_uri!r} {detail}; "
+            "pass the sha256 the catalog records (sluice dataset show), or verify=False to trust the bytes"
+        )
+
+
 class CacheLockTimeoutError(StoreError):
     """Another process held the node cache's lock for longer than allowed."""
 

@@ -45,6 +45,9 @@ FORMAT_VERSION_KEY = b"sluice.manifest.format_version"
 
 IPC_FILE_NAME = "manifest.arrow"
 PARQUET_FILE_NAME = "manifest.parquet"
+#: Beside the two files: their sha256 digests, in ``sha256sum`` format (``sha256sum -c`` checks them), so
+#: that a reader without the catalog can tell the bytes it fetched are the bytes that were written.
+SUMS_FILE_NAME = "manifest.sha256"
 
 EPISODE_ID = "episode_id"
 URI = "uri"
@@ -54,6 +57,9 @@ DURATION_S = "duration_s"
 VENDOR = "vendor"
 SPLIT = "split"
 SOURCE_SHA256 = "source_sha256"
+#: Optional (the builder always writes it): the sha256 of the file ``uri`` names, which the sample loader
+#: checks each episode file against before it reads from it.
+URI_SHA256 = "uri_sha256"
 
 # Quality scores in [0, 1], higher is better; null when the check did not run on that episode.
 QUALITY_SYNC = "quality_sync"  # timestamp alignment across streams (skew, jitter, gaps)
@@ -117,6 +123,24 @@ class ManifestFiles:
     ipc_size_bytes: int
     parquet_size_bytes: int
     num_rows: int
+
+
+def format_sums(digests: dict[str, str]) -> str:
+    """``sha256sum`` lines for ``{file name: sha256}``."""
+    return "".join(f"{sha}  {name}\n" for name, sha in sorted(digests.items()))
+
+
+def parse_sums(text: str, source: str) -> dict[str, str]:
+    """``{file name: sha256}`` from ``sha256sum`` lines; a malformed line is a :class:`ManifestSchemaError`."""
+    out = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        sha, sep, name = line.partition("  ")
+        if not sep or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha) or not name:
+            raise ManifestSchemaError(
+                source, [("", f"line {number} is not '<sha256>  <file name>': {line!r}")]
+            )
+        out[name.lstrip("*")] = sha
+    return out
 
 
 def manifest_schema(extra_fields: Sequence[pa.Field] = ()) -> pa.Schema:
@@ -187,7 +211,8 @@ def conform_table(table: pa.Table, source: str = "manifest table") -> pa.Table:
 
 
 def write_manifest(table: pa.Table, out_dir: str | Path) -> ManifestFiles:
-    """Write ``table`` as :data:`IPC_FILE_NAME` and :data:`PARQUET_FILE_NAME` under ``out_dir``.
+    """Write ``table`` as :data:`IPC_FILE_NAME` and :data:`PARQUET_FILE_NAME` under ``out_dir``, and their
+    digests as :data:`SUMS_FILE_NAME`.
 
     The table is first passed through :func:`conform_table`. Each file is written under a temporary name in
     ``out_dir``, fsynced, hashed and published by an atomic rename, so a reader never sees a partial file.
@@ -200,6 +225,8 @@ def write_manifest(table: pa.Table, out_dir: str | Path) -> ManifestFiles:
     out.mkdir(parents=True, exist_ok=True)
     ipc_path, ipc_sha, ipc_size = _publish(out / IPC_FILE_NAME, lambda tmp: _write_ipc(conformed, tmp))
     pq_path, pq_sha, pq_size = _publish(out / PARQUET_FILE_NAME, lambda tmp: _write_parquet(conformed, tmp))
+    sums = format_sums({IPC_FILE_NAME: ipc_sha, PARQUET_FILE_NAME: pq_sha})
+    _publish(out / SUMS_FILE_NAME, lambda tmp: _write_text(sums, tmp))
     log.info("wrote manifest of %d rows to %s (ipc sha256 %s)", conformed.num_rows, out, ipc_sha)
     return ManifestFiles(
         ipc_path=ipc_path,
@@ -334,6 +361,10 @@ def _write_ipc(table: pa.Table, path: Path) -> None:
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
         for batch in canonical_batches(table, IPC_BATCH_ROWS):
             writer.write_batch(batch)
+
+
+def _write_text(text: str, path: Path) -> None:
+    path.write_text(text)
 
 
 def _write_parquet(table: pa.Table, path: Path) -> None:

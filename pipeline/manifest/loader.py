@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.enums import Split
-from pipeline.manifest.cache import DEFAULT_LOCK_TIMEOUT_S, fetch
+from pipeline.manifest.cache import DEFAULT_LOCK_TIMEOUT_S, fetch, recorded_sha256
 from pipeline.manifest.errors import ManifestArgumentError, ManifestSchemaError
 from pipeline.manifest.format import IPC_BATCH_ROWS_KEY, SPLIT, validate_schema
 from pipeline.manifest.splits import SPLIT_ROWS_KEY, decode_split_ranges, split_range
@@ -116,6 +116,7 @@ def open_manifest(
     shard_on_load: bool = True,
     memory_map: bool = True,
     expected_sha256: str | None = None,
+    verify: bool = True,
     verify_cached: bool = False,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     storage_options: dict[str, Any] | None = None,
@@ -123,7 +124,10 @@ def open_manifest(
     """Open the manifest IPC file at ``uri`` (a local path or any fsspec URL) for one training rank.
 
     The file is copied once per node into ``cache_dir`` (see :mod:`pipeline.manifest.cache`) and verified
-    against ``expected_sha256`` when given. ``split`` (``train`` by default; ``val``, ``eval``, or None for
+    against ``expected_sha256`` (the catalog's), or by default against the sums file written beside it
+    (:data:`~pipeline.manifest.format.SUMS_FILE_NAME`); a mismatch is a :class:`ManifestIntegrityError`
+    naming the file, a manifest with neither a :class:`ManifestUnverifiableError`. ``verify=False`` trusts
+    the bytes as they are (and checks nothing). ``split`` (``train`` by default; ``val``, ``eval``, or None for
     every row) chooses the rows a rank may get: ``shard_on_load`` keeps rows :func:`shard_range` of this
     rank *within that split*, otherwise the whole split. A split's rows must be one contiguous range of the
     file (the dataset builder writes them so); a split with no rows gives every rank an empty table.
@@ -138,6 +142,8 @@ def open_manifest(
         expected_sha256 = expected_sha256.lower()
         if not _SHA256.match(expected_sha256):
             raise ManifestArgumentError("expected_sha256", expected_sha256, "64 hex digits or None")
+    elif verify:
+        expected_sha256 = recorded_sha256(str(uri), storage_options)
     cached = fetch(
         str(uri),
         cache_dir,

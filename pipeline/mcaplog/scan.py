@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, NamedTuple
@@ -43,7 +43,7 @@ from mcap.records import (
 )
 
 from pipeline.enums import ReasonCode
-from pipeline.mcaplog.crosscheck import ChunkSeen, DataSeen, cross_check
+from pipeline.mcaplog.crosscheck import ChunkSeen, DataSeen, MessageEntries, cross_check
 from pipeline.mcaplog.exceptions import McapInputError
 from pipeline.mcaplog.framing import (
     FOOTER_BODY_BYTES,
@@ -322,13 +322,15 @@ class Scanner:
             uncompressed_size=chunk.uncompressed_size,
             message_start_time=chunk.message_start_time,
             message_end_time=chunk.message_end_time,
-            messages=defaultdict(list),
         )
         first: int | None = None
         last: int | None = None
         for chunk_pos, record in iter_chunk_records(data, pos, self._limits):
             if isinstance(record, Message):
-                seen.messages[record.channel_id].append((record.log_time, chunk_pos))
+                entries = seen.messages.get(record.channel_id)
+                if entries is None:
+                    entries = seen.messages[record.channel_id] = MessageEntries()
+                entries.add(record.log_time, chunk_pos)
                 first = record.log_time if first is None else min(first, record.log_time)
                 last = record.log_time if last is None else max(last, record.log_time)
                 yield from self._message(pos, record, in_chunk=True)
@@ -357,11 +359,12 @@ class Scanner:
                 f"second MessageIndex for channel {index.channel_id} after one chunk",
                 offset=pos,
             )
-        if sorted(index.records) != sorted(chunk.messages.get(index.channel_id, [])):
+        entries = chunk.messages.get(index.channel_id)
+        if not (entries.matches(index.records) if entries is not None else not index.records):
             raise McapInputError(
                 ReasonCode.CONTAINER_ERROR,
                 f"MessageIndex of channel {index.channel_id} lists {len(index.records)} entries that do not "
-                f"match the {len(chunk.messages.get(index.channel_id, []))} messages of its chunk",
+                f"match the {len(entries or ())} messages of its chunk",
                 offset=pos,
             )
         chunk.index_offsets[index.channel_id] = pos
@@ -369,9 +372,14 @@ class Scanner:
 
     def _close_chunk(self) -> None:
         chunk, self._open_chunk = self._open_chunk, None
-        if chunk is None or not chunk.index_offsets:
+        if chunk is None:
             return
-        missing = sorted(set(chunk.messages) - set(chunk.index_offsets))
+        # The chunk's message indexes are behind it: its messages are not needed any more (the cross-check
+        # at the end compares chunk-level facts only).
+        channels, chunk.messages = set(chunk.messages), {}
+        if not chunk.index_offsets:
+            return
+        missing = sorted(channels - set(chunk.index_offsets))
         if missing:
             raise McapInputError(
                 ReasonCode.CONTAINER_ERROR,

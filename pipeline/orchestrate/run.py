@@ -30,13 +30,23 @@ def start_run(
     """Register the vendor's current config and open (or re-open) the run ``dag_id``/``run_id``.
 
     Returns the catalog's ``pipeline_run_id``; a re-run of the same Airflow run gets the same id back.
+    Runs that were killed before they recorded an outcome (idle for ``run_abandoned_after_s``) are closed
+    first (:func:`pipeline.catalog.runs.close_abandoned_runs`).
     """
     from pipeline.catalog import make_session_factory, session_scope
-    from pipeline.catalog.runs import start_pipeline_run
+    from pipeline.catalog.runs import close_abandoned_runs, start_pipeline_run
     from pipeline.catalog.sources import upsert_vendor
     from pipeline.config import config_hash
 
     digest = config_hash(vendor)
+    with session_scope(make_session_factory(ctx.engine)) as session:
+        closed = close_abandoned_runs(session, idle_s=ctx.settings.run_abandoned_after_s)
+        if closed:
+            log.warning(
+                "closed abandoned pipeline runs %s (running, idle for %g s)",
+                closed,
+                ctx.settings.run_abandoned_after_s,
+            )
     with session_scope(make_session_factory(ctx.engine)) as session:
         vendor_id = upsert_vendor(
             session,
@@ -66,22 +76,13 @@ def discover(ctx: StepContext, vendor: VendorConfig, pipeline_run_id: int) -> di
     recorded as a warning (:meth:`~pipeline.discover.Discovery.emptiness`), so the run ends
     ``succeeded_with_warnings`` instead of green and empty.
     """
-    import fsspec
-
     from pipeline.discover import DiscoveryIssue, SourceMissingError
-    from pipeline.discover import discover as find_ready_files
+    from pipeline.steps.ingest import IngestStep
+    from pipeline.vendor_ingest import discover_vendor, record_passed_over_files
 
     url = vendor.source_url(ctx.settings.project_dir_abs)
-    fs, root = fsspec.core.url_to_fs(url, **dict(vendor.source.storage_options))
     try:
-        found = find_ready_files(
-            fs,
-            root,
-            include=vendor.source.include,
-            exclude=vendor.source.exclude,
-            ready_marker=vendor.source.ready_marker,
-            settle_s=vendor.source.settle_s,
-        )
+        found = discover_vendor(vendor, ctx.settings.project_dir_abs)
     except SourceMissingError as exc:
         _note(ctx, pipeline_run_id, [_entry(DiscoveryIssue.SOURCE_MISSING, str(exc), critical=True)])
         raise
@@ -90,6 +91,7 @@ def discover(ctx: StepContext, vendor: VendorConfig, pipeline_run_id: int) -> di
     _note(ctx, pipeline_run_id, notes)
     if empty is not None:
         log.warning("%s: %s", vendor.name, empty[1])
+    record_passed_over_files(ctx, IngestStep(vendor, ctx).vendor_id, found)
     passed_over: dict[str, int] = {}
     for skipped in found.passed_over:
         passed_over[skipped.why] = passed_over.get(skipped.why, 0) + 1

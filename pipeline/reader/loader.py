@@ -120,6 +120,7 @@ class EpisodeRow:
     episode_id: str = ""
     start_ns: int | None = None
     end_ns: int | None = None
+    uri_sha256: str | None = None  # the file's sha256 as the catalog records it (a manifest's rows have it)
 
 
 class SampleBatch(list[Sample]):
@@ -149,6 +150,11 @@ class SampleLoader:
     Any failure to open a row's file or to read a sample reaches the consumer as a
     :class:`SampleReadError` naming the row and uri (and the sample time), chained from the cause.
 
+    Each episode file is checked before its first sample (once per process): against the row's
+    ``uri_sha256`` when the rows carry one (a manifest's do), else against its own CRCs
+    (:mod:`pipeline.reader.verify`); a damaged file is a :class:`SampleReadError` whose cause is an
+    :class:`~pipeline.reader.verify.EpisodeIntegrityError`. ``verify=False`` skips the check.
+
     Iterating yields :class:`SampleBatch`\\ es of ``batch_size`` samples without end (take as many steps as
     training needs); iterate once per loader. Use it as a context manager or call :meth:`close`.
     """
@@ -171,6 +177,7 @@ class SampleLoader:
         storage_options: Mapping[str, Any] | None = None,
         max_open_readers: int = DEFAULT_MAX_OPEN_READERS,
         processes: bool = False,
+        verify: bool = True,
     ) -> None:
         _check_int("batch_size", batch_size, 1)
         _check_int("workers", workers, 1)
@@ -187,6 +194,8 @@ class SampleLoader:
             raise LoaderArgumentError("source", f"{table.num_rows} rows", "at least one MCAP episode row")
         self._table = table
         self._positions = supported
+        self.verify = verify
+        self._expected_sha256 = _recorded_digests(table)
         self.batch_size = batch_size
         self.workers = workers
         self.prefetch = prefetch
@@ -223,7 +232,13 @@ class SampleLoader:
                 workers,
                 name="sample loader",
                 initializer=_process_init,
-                initargs=(self._storage_options, max_open_readers, self.uris[:max_open_readers]),
+                initargs=(
+                    self._storage_options,
+                    max_open_readers,
+                    self.uris[:max_open_readers],
+                    self._expected_sha256,
+                    verify,
+                ),
             )
         else:
             self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=self.thread_name_prefix)
@@ -405,7 +420,12 @@ class SampleLoader:
                 self._retired.add(oldest.totals)
                 self.readers_closed += 1
             oldest.close()
-        reader = EpisodeReader(uri, storage_options=self._storage_options)
+        reader = EpisodeReader(
+            uri,
+            storage_options=self._storage_options,
+            expected_sha256=self._expected_sha256.get(uri),
+            verify=self.verify,
+        )
         with self._lock:
             cache[uri] = reader
         return reader
@@ -449,8 +469,20 @@ _PROCESS_READERS: OrderedDict[str, EpisodeReader] = OrderedDict()
 _PROCESS_STATE: dict[str, Any] = {}
 
 
-def _process_init(storage_options: dict[str, Any], max_open_readers: int, warm_uris: list[str]) -> None:
-    _PROCESS_STATE.update(storage_options=storage_options, max_open_readers=max_open_readers, failed=None)
+def _process_init(
+    storage_options: dict[str, Any],
+    max_open_readers: int,
+    warm_uris: list[str],
+    expected_sha256: Mapping[str, str],
+    verify: bool,
+) -> None:
+    _PROCESS_STATE.update(
+        storage_options=storage_options,
+        max_open_readers=max_open_readers,
+        expected_sha256=expected_sha256,
+        verify=verify,
+        failed=None,
+    )
     for uri in warm_uris:
         try:
             _process_reader(uri)
@@ -466,7 +498,12 @@ def _process_reader(uri: str) -> EpisodeReader:
         return reader
     while len(_PROCESS_READERS) >= _PROCESS_STATE["max_open_readers"]:
         _PROCESS_READERS.popitem(last=False)[1].close()
-    reader = _PROCESS_READERS[uri] = EpisodeReader(uri, storage_options=_PROCESS_STATE["storage_options"])
+    reader = _PROCESS_READERS[uri] = EpisodeReader(
+        uri,
+        storage_options=_PROCESS_STATE["storage_options"],
+        expected_sha256=_PROCESS_STATE["expected_sha256"].get(uri),
+        verify=_PROCESS_STATE["verify"],
+    )
     return reader
 
 
@@ -492,6 +529,7 @@ _ROW_FIELDS = (
     pa.field(mf.EPISODE_ID, pa.string(), nullable=False),
     pa.field(mf.START_NS, pa.int64()),
     pa.field(mf.END_NS, pa.int64()),
+    pa.field(mf.URI_SHA256, pa.string()),
 )
 
 
@@ -520,11 +558,31 @@ def _rows_table(source: RowsSource) -> pa.Table:
     rows = [_as_row(item) for item in source]
     return pa.Table.from_pylist(
         [
-            {"uri": r.uri, "episode_id": r.episode_id, "start_ns": r.start_ns, "end_ns": r.end_ns}
+            {
+                "uri": r.uri,
+                "episode_id": r.episode_id,
+                "start_ns": r.start_ns,
+                "end_ns": r.end_ns,
+                "uri_sha256": r.uri_sha256,
+            }
             for r in rows
         ],
         schema=pa.schema(_ROW_FIELDS),
     )
+
+
+def _recorded_digests(table: pa.Table) -> dict[str, str]:
+    """uri -> recorded sha256, for the rows that carry one (distinct pairs found by Arrow, not Python)."""
+    digests = table.column(mf.URI_SHA256)
+    if digests.null_count == len(digests):
+        return {}
+    pairs = (
+        table.select([mf.URI, mf.URI_SHA256])
+        .filter(pc.is_valid(digests))
+        .group_by([mf.URI, mf.URI_SHA256])
+        .aggregate([])
+    )
+    return dict(zip(pairs.column(mf.URI).to_pylist(), pairs.column(mf.URI_SHA256).to_pylist(), strict=True))
 
 
 def _as_row(item: Any) -> EpisodeRow:
@@ -534,7 +592,13 @@ def _as_row(item: Any) -> EpisodeRow:
         return EpisodeRow(str(item), str(item))
     if isinstance(item, Mapping) and "uri" in item:
         uri = str(item["uri"])
-        return EpisodeRow(uri, str(item.get("episode_id") or uri), item.get("start_ns"), item.get("end_ns"))
+        return EpisodeRow(
+            uri,
+            str(item.get("episode_id") or uri),
+            item.get("start_ns"),
+            item.get("end_ns"),
+            item.get("uri_sha256"),
+        )
     raise LoaderArgumentError("row", item, "a uri, a path, an EpisodeRow or a mapping with a 'uri' key")
 
 

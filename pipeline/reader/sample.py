@@ -28,6 +28,7 @@ from pipeline.errors import InputError
 from pipeline.reader.counters import ReadCounters
 from pipeline.reader.decode import SparseDecoder, plan_runs
 from pipeline.reader.index import CameraTable, ChunkInfo, EpisodeIndex, MessageLoc, build_index
+from pipeline.reader.verify import file_identity, verify_episode
 
 NS_PER_S = 1_000_000_000
 #: Ranges this close are fetched as one read (the gap is read too). 256 KiB is what a local NVMe drive
@@ -81,6 +82,11 @@ class EpisodeReader:
 
     ``source``: a local path, an fsspec URL or an open binary file. Counters of every sample are summed in
     :attr:`totals`. Not thread-safe: one reader per dataloader worker.
+
+    The file is checked before anything is read from it (:mod:`pipeline.reader.verify`): against
+    ``expected_sha256`` (the catalog's) when given, else against the CRCs it carries; a damaged file
+    raises :class:`~pipeline.reader.verify.EpisodeIntegrityError` naming it. The check reads the whole
+    file once per process (a path's result is remembered); ``verify=False`` skips it.
     """
 
     def __init__(
@@ -90,9 +96,13 @@ class EpisodeReader:
         storage_options: dict[str, Any] | None = None,
         coalesce_gap_bytes: int = DEFAULT_COALESCE_GAP_BYTES,
         pixel_format: str | None = "rgb24",
+        expected_sha256: str | None = None,
+        verify: bool = True,
     ) -> None:
+        identity = None
         if isinstance(source, str | Path):
-            self._fh: IO[bytes] = fsspec.open(str(source), "rb", **(storage_options or {})).open()
+            fs, path = fsspec.core.url_to_fs(str(source), **(storage_options or {}))
+            self._fh: IO[bytes] = fs.open(path, "rb")
             self._owns = True
             name = str(source)
         else:
@@ -100,6 +110,14 @@ class EpisodeReader:
         self._decoders: dict[str, SparseDecoder] = {}
         try:
             self.index: EpisodeIndex = build_index(self._fh, name)
+            # after the index: a file that is no episode at all is a container_error, as it always was
+            self.verified_by = None
+            if verify:
+                if self._owns:
+                    identity = file_identity(fs, path)
+                self.verified_by = verify_episode(
+                    self._fh, name, expected_sha256=expected_sha256, identity=identity
+                )
         except BaseException:
             self.close()  # a file that is not an episode must not leave its handle open
             raise

@@ -137,6 +137,8 @@ class QualityPostStep(Step):
                     reasons=reasons,
                     detail=detail,
                     merge_reasons=True,
+                    step=self.name,
+                    config_hash=self.config_hash,
                 )
         if failed:
             first = failed[0]

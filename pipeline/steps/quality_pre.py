@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.enums import CheckStatus, FileState, Gate, ReasonCode, SourceKind, StepName, StreamRole
 from pipeline.steps.base import Step, StepResult, WorkItem
-from pipeline.steps.ingest import VERSION_MARK, IngestStep, registered_episodes
+from pipeline.steps.ingest import IngestStep, registered_episodes
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -296,7 +296,13 @@ class QualityPreStep(Step):
                 ],
             )
             set_episode_state(
-                session, episode_id, verdict.state, reasons=verdict.reasons, detail=verdict.detail
+                session,
+                episode_id,
+                verdict.state,
+                reasons=verdict.reasons,
+                detail=verdict.detail,
+                step=self.name,
+                config_hash=self.config_hash,
             )
         if verdict.state is FileState.QUARANTINED:
             return StepResult.rejected(verdict.reasons[0], verdict.detail or "", episode_id=episode_id)
@@ -337,7 +343,8 @@ class QualityPreStep(Step):
         url = self.vendor.source_url(self.ctx.settings.project_dir_abs)
         try:
             fs, root = fsspec.core.url_to_fs(url, **dict(self.vendor.source.storage_options))
-            info = fs.info(f"{root.rstrip('/')}/{_vendor_relative(relative)}")
+            # Every content version of a path shares the path (its version is a column of its own).
+            info = fs.info(f"{root.rstrip('/')}/{relative}")
         except (OSError, ValueError) as exc:
             log.info("episode %d: no modification time of its vendor file: %s", episode_id, exc)
             return None
@@ -433,8 +440,3 @@ def _fingerprint(digests: Sequence[str | None]) -> str | None:
 def _abs_max(a: int | None, b: int | None) -> int | None:
     values = [abs(x) for x in (a, b) if x is not None]
     return max(values) if values else None
-
-
-def _vendor_relative(catalog_path: str) -> str:
-    """The vendor path a catalog path names (a changed file's later version carries a ``#sha256=`` mark)."""
-    return catalog_path.split(VERSION_MARK, 1)[0]

@@ -2,7 +2,9 @@
 
 Resume is built in: an item whose episode already has a final step run (succeeded or rejected) under the
 step's config hash is skipped, so clearing a failed Airflow task and running it again continues where it
-stopped. A bad item is recorded as ``rejected`` and the batch goes on; an infrastructure fault on an item is
+stopped. Two runs of one vendor at once (two ingests, an ingest beside a DAG run) share the work: each
+item is processed under a claim (:func:`claimed`), and an item another worker finished meanwhile is skipped.
+A bad item is recorded as ``rejected`` and the batch goes on; an infrastructure fault on an item is
 recorded as ``failed``, the other items still run, and the runner then raises :class:`StepFailedError` so
 that the orchestrator retries the task (the retry redoes only what is not final).
 """
@@ -11,11 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from pipeline.enums import StepStatus
+from pipeline.enums import StepName, StepStatus
 from pipeline.errors import InfrastructureError, InputError, SluiceError
 from pipeline.steps.base import Step, StepContext, StepResult, WorkItem
 
@@ -65,15 +69,19 @@ class StepSummary:
 
 
 def build_context(settings: Settings, *, code_version: str | None = None) -> StepContext:
-    """Clients for a worker process, built once from settings (the entry point's job, never a step's)."""
+    """Clients for a worker process, built once from settings (the entry point's job, never a step's).
+
+    The catalog engine connects as the ingest role (:func:`pipeline.catalog.roles.step_database_url`),
+    never as the catalog's owner: a step may add history, not rewrite it.
+    """
     from pipeline.catalog import make_engine
-    from pipeline.pgserver import database_url
+    from pipeline.catalog.roles import step_database_url
     from pipeline.store import Store
     from pipeline.version import code_version as current_code_version
 
     return StepContext(
         settings=settings,
-        engine=make_engine(database_url(settings)),
+        engine=make_engine(step_database_url(settings)),
         store=Store(settings.store, verify=settings.store_verify),
         code_version=code_version or current_code_version(),
     )
@@ -192,14 +200,83 @@ def _record(
         )
 
 
+#: High byte of the session advisory lock (``pg_advisory_lock(bigint)``) a worker holds on the (episode, step)
+#: it is processing. Postgres keeps bigint keys apart from the int4-pair keys the other modules lock; the
+#: migration lock's bigint is below 2**32.
+CLAIM_NAMESPACE = 0x5C
+#: Low bits of the claim key that hold the step (StepName has fewer members).
+CLAIM_STEP_BITS = 4
+
+
+class Claim(Enum):
+    """What a worker found when it claimed an item (:func:`claimed`)."""
+
+    MINE = "mine"  # held: process it
+    DONE = "done"  # another worker finished it meanwhile: skip it
+    BUSY = "busy"  # another worker holds it now (only without waiting)
+
+
+@contextmanager
+def claimed(step: Step, item: WorkItem, *, wait: bool) -> Iterator[Claim]:
+    """Claim ``item`` for this worker while the block runs, so that two runs of one vendor at once (two
+    ingests, an ingest beside a DAG run) process each episode once between them instead of once each.
+
+    With ``wait``, a claim another worker holds is waited for, then re-checked: if that worker failed or
+    died the item is this worker's. Items without an episode (files to land) are always MINE: landing is
+    idempotent. The claim is a session-level advisory lock on a connection of its own (no transaction
+    stays open while the item runs); a killed worker's claim goes with its connection."""
+    from sqlalchemy import func, select
+
+    if item.episode_id is None:
+        yield Claim.MINE
+        return
+    step_index = list(StepName).index(step.name)
+    assert step_index < 1 << CLAIM_STEP_BITS
+    key = (CLAIM_NAMESPACE << 56) | (item.episode_id << CLAIM_STEP_BITS) | step_index
+    with step.ctx.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        if wait:
+            conn.execute(select(func.pg_advisory_lock(key)))
+        elif not conn.execute(select(func.pg_try_advisory_lock(key))).scalar_one():
+            yield Claim.BUSY
+            return
+        try:
+            yield Claim.DONE if _already_final(step, item.episode_id) else Claim.MINE
+        finally:
+            conn.execute(select(func.pg_advisory_unlock(key)))
+
+
+def _exclusively(
+    step: Step, item: WorkItem, pipeline_run_id: int | None, batch_id: int | None, *, wait: bool
+) -> StepResult | None:
+    """The item processed and recorded under its claim; skipped when another worker finished it; None
+    when another worker holds it (only without ``wait``)."""
+    with claimed(step, item, wait=wait) as claim:
+        if claim is Claim.BUSY:
+            return None
+        if claim is Claim.DONE:
+            return StepResult(StepStatus.SKIPPED, detail="done by another worker", episode_id=item.episode_id)
+        return process_and_record(step, item, pipeline_run_id, batch_id)
+
+
 def _run_local(
     step: Step, items: Sequence[WorkItem], pipeline_run_id: int | None, batch_id: int | None
 ) -> list[StepResult]:
     step.setup()
     try:
-        return [process_and_record(step, item, pipeline_run_id, batch_id) for item in items]
+        first = [_exclusively(step, item, pipeline_run_id, batch_id, wait=False) for item in items]
+        # Items another worker was on are taken last, waiting for it: it may fail or die on them.
+        return [
+            done if done is not None else _waited(step, item, pipeline_run_id, batch_id)
+            for item, done in zip(items, first, strict=True)
+        ]
     finally:
         step.close()
+
+
+def _waited(step: Step, item: WorkItem, pipeline_run_id: int | None, batch_id: int | None) -> StepResult:
+    result = _exclusively(step, item, pipeline_run_id, batch_id, wait=True)
+    assert result is not None
+    return result
 
 
 class _RayWorker:
@@ -214,7 +291,8 @@ class _RayWorker:
         self.step.setup()
 
     def process(self, item: WorkItem, pipeline_run_id: int | None, batch_id: int | None) -> StepResult:
-        return process_and_record(self.step, item, pipeline_run_id, batch_id)
+        # An actor waits for a claim another run holds: the other actors go on with the other items.
+        return _waited(self.step, item, pipeline_run_id, batch_id)
 
 
 def _run_ray(

@@ -69,7 +69,11 @@ class GroupedWriter:
     ``add_metadata``, ``add`` units in time order, ``finish``."""
 
     def __init__(self, output: IO[bytes], groups: Mapping[str, GroupSpec], *, library: str) -> None:
-        self._writer = Writer(output, chunk_size=NEVER_CUT_BYTES, compression=CompressionType.NONE)
+        # A data section CRC as well as the chunks' own: it covers the message index records between chunks
+        # too, so a reader can check every byte it will trust (pipeline.reader.verify).
+        self._writer = Writer(
+            output, chunk_size=NEVER_CUT_BYTES, compression=CompressionType.NONE, enable_data_crcs=True
+        )
         if not hasattr(self._writer, _COMPRESSION_ATTR):
             raise RuntimeError(
                 "this mcap release keeps the chunk compression elsewhere; per-group compression needs an "

@@ -210,6 +210,7 @@ def warehouse_points(
     :class:`~pipeline.warehouse.WarehouseBusyError` while a sync holds it.
     """
     from pipeline.warehouse import open_warehouse
+    from pipeline.warehouse.connection import WarehouseLimits, statement_deadline
 
     figure = Figure(figure)
     params: dict[str, Any] = {"vendor": vendor, "limit": limit + 1}
@@ -217,7 +218,8 @@ def warehouse_points(
         params["keys"] = list(SCORE_KEYS)
     con = open_warehouse(warehouse_path, read_only=True)
     try:
-        rows = con.execute(_DUCK_SQL[figure], params).fetchall()
+        with statement_deadline(con, WarehouseLimits(), _DUCK_SQL[figure]):
+            rows = con.execute(_DUCK_SQL[figure], params).fetchall()
     finally:
         con.close()
     return _series(figure, rows, "warehouse", limit)

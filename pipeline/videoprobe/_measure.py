@@ -75,7 +75,10 @@ def _open(url: str, family: str, limits: dict[str, Any]) -> av.container.InputCo
         # Never follow data references (external media files named inside the movie).
         container_options["enable_drefs"] = "0"
         container_options["use_absolute_path"] = "0"
-    codec_options = {"threads": str(limits["decode_threads"]), "max_pixels": str(limits["max_pixels"])}
+    # No max_pixels here: given at open, FFmpeg zeroes the size of a stream over it, and the header check
+    # below could no longer name what the file declares. Opening allocates no picture; _decode sets the
+    # guard on the decoder before the first packet.
+    codec_options = {"threads": str(limits["decode_threads"])}
     return av.open(url, mode="r", format=family, container_options=container_options, options=codec_options)
 
 
@@ -98,9 +101,19 @@ def _measure_open(url: str, family: str, limits: dict[str, Any], out: dict[str, 
         stream = videos[0]
         _describe(container, stream, out)
         width, height = stream.codec_context.width, stream.codec_context.height
-        if width * height > limits["max_pixels"]:
+        if (
+            width <= 0  # FFmpeg zeroes a size it finds invalid (over its own image size limit)
+            or height <= 0
+            or width * height > limits["max_pixels"]
+            or (limits["max_width_px"] is not None and width > limits["max_width_px"])
+            or (limits["max_height_px"] is not None and height > limits["max_height_px"])
+        ):
             out["resolution_refused"] = True
-            return
+        allowed = limits["allowed_codecs"]
+        if allowed is not None and stream.codec_context.name not in allowed:
+            out["codec_refused"] = True
+        if out.get("resolution_refused") or out.get("codec_refused"):
+            return  # refused from the header: no decoder ever sees a frame
         _decode(container, stream, limits, out)
 
 

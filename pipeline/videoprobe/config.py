@@ -30,6 +30,13 @@ class VideoProbeLimits(BaseModel):
     # 8K UHD (7680x4320): the largest frame a robot or vendor camera produces; anything above is refused
     # from the header, before a single frame is allocated.
     max_pixels: int = Field(default=7680 * 4320, gt=0, description="Refuse frames with more pixels.")
+    # The vendor contract's own bounds, applied to the header like max_pixels: a file whose codec or frame
+    # size the contract refuses is never decoded (a 65500x8 MJPEG is under max_pixels but no camera).
+    max_width_px: int | None = Field(default=None, gt=0, description="Refuse wider frames undecoded.")
+    max_height_px: int | None = Field(default=None, gt=0, description="Refuse taller frames undecoded.")
+    allowed_codecs: tuple[str, ...] | None = Field(
+        default=None, description="FFmpeg codec names that may be decoded; None = any the wheel has."
+    )
     # Address space the worker may add on top of its idle footprint (interpreter + av + numpy). A 4K HEVC
     # decoder with its reference pictures needs ~300 MB single-threaded; 2 GiB leaves room for 8K.
     memory_limit_bytes: int = Field(default=2 * 1024**3, gt=0, description="Worker address-space headroom.")

@@ -43,15 +43,18 @@ def _structure(probe: VideoProbe, limits: VideoProbeLimits) -> list[VideoFinding
         streams = ", ".join(f"{s.type} {s.codec or '?'}" for s in probe.streams) or "none"
         found.append(of(ReasonCode.NO_VIDEO_STREAM, f"no video stream (streams: {streams})"))
         return found
+    if probe.codec_refused:
+        allowed = ", ".join(limits.allowed_codecs or ())
+        found.append(
+            of(
+                ReasonCode.UNSUPPORTED_ENCODING,
+                f"codec {probe.codec!r} is not allowed (allowed: {allowed}); not decoded",
+            )
+        )
     if probe.resolution_refused:
         # The last decoded size is the one refused mid-stream; none decoded means refused from the header.
         width, height = (probe.resolutions or [(probe.width or 0, probe.height or 0)])[-1]
-        found.append(
-            of(
-                ReasonCode.RESOLUTION_OUT_OF_BOUNDS,
-                f"{width}x{height} = {width * height} pixels exceeds max_pixels {limits.max_pixels}",
-            )
-        )
+        found.append(of(ReasonCode.RESOLUTION_OUT_OF_BOUNDS, _size_refusal(width, height, limits)))
     if probe.demux_error:
         found.append(
             of(
@@ -59,7 +62,11 @@ def _structure(probe: VideoProbe, limits: VideoProbeLimits) -> list[VideoFinding
                 f"demuxing stopped after {probe.packets} packets: {probe.demux_error}",
             )
         )
-    if probe.header_frames and probe.packets < probe.header_frames and not probe.resolution_refused:
+    if (
+        probe.header_frames
+        and probe.packets < probe.header_frames
+        and not (probe.resolution_refused or probe.codec_refused)
+    ):
         found.append(
             of(
                 ReasonCode.TRUNCATED,
@@ -84,7 +91,12 @@ def _structure(probe: VideoProbe, limits: VideoProbeLimits) -> list[VideoFinding
                 f"decoded frames cannot be converted for pixel statistics: {probe.sample_error}",
             )
         )
-    if not probe.resolution_refused and not probe.resource_error and not probe.worker_error:
+    if (
+        not probe.refused_undecoded
+        and not probe.resolution_refused
+        and not probe.resource_error
+        and not (probe.worker_error)
+    ):
         expected = max(probe.packets - probe.discarded_packets, 0)
         if probe.decoded_frames < limits.min_frames:
             found.append(
@@ -166,6 +178,19 @@ def _content(probe: VideoProbe, limits: VideoProbeLimits) -> list[VideoFinding]:
             )
         )
     return found
+
+
+def _size_refusal(width: int, height: int, limits: VideoProbeLimits) -> str:
+    over = []
+    if width <= 0 or height <= 0:
+        over.append("the header holds no valid frame size (FFmpeg refused the one declared)")
+    if width * height > limits.max_pixels:
+        over.append(f"{width * height} pixels exceeds max_pixels {limits.max_pixels}")
+    if limits.max_width_px is not None and width > limits.max_width_px:
+        over.append(f"width exceeds max_width_px {limits.max_width_px}")
+    if limits.max_height_px is not None and height > limits.max_height_px:
+        over.append(f"height exceeds max_height_px {limits.max_height_px}")
+    return f"{width}x{height}: {'; '.join(over) or 'over the limits'}; not decoded past it"
 
 
 def _mib(n: int) -> str:

@@ -152,7 +152,10 @@ class VideoProbe(_Frozen):
     corrupt_frames: int = Field(default=0, description="Frames the decoder flagged as corrupt.")
     error_logs: int = Field(default=0, description="Error-level FFmpeg log lines while decoding.")
     first_error: str | None = None
-    resolution_refused: bool = Field(default=False, description="Not decoded: over max_pixels.")
+    resolution_refused: bool = Field(
+        default=False, description="Not decoded: over max_pixels, max_width_px or max_height_px."
+    )
+    codec_refused: bool = Field(default=False, description="Not decoded: the codec is not allowed.")
     open_error: str | None = None
     demux_error: str | None = None
     resource_error: str | None = Field(default=None, description="The worker hit its memory limit.")
@@ -160,6 +163,11 @@ class VideoProbe(_Frozen):
     decoder: DecoderInfo | None = None
     probe_timing: ProbeTiming | None = None
     findings: list[VideoFinding] = Field(default_factory=list)
+
+    @property
+    def refused_undecoded(self) -> bool:
+        """Refused from its header (codec or frame size): nothing was decoded, on purpose."""
+        return self.codec_refused or (self.resolution_refused and not self.resolutions)
 
     @property
     def codes(self) -> list[ReasonCode]:

@@ -38,3 +38,28 @@ class QueryError(SluiceError, ValueError):
         self.detail = detail
         shown = sql if len(sql) <= 200 else sql[:197] + "..."
         super().__init__(f"query refused or failed: {detail}\n  query: {shown}")
+
+
+class QueryTimeoutError(QueryError):
+    """A warehouse read ran past its time limit and was interrupted."""
+
+    def __init__(self, sql: str, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        super().__init__(
+            sql,
+            f"stopped after {timeout_s:g} s, the time limit of a warehouse query (raise it with --timeout-s "
+            "or SLUICE_WAREHOUSE_TIMEOUT_S if the query is meant to take that long)",
+        )
+
+
+class QueryResourceError(QueryError):
+    """A warehouse read needed more memory (and spill space) than its limits allow."""
+
+    def __init__(self, sql: str, detail: str, limits: object) -> None:
+        memory = getattr(limits, "memory_limit_bytes", None)
+        spill = getattr(limits, "spill_limit_bytes", None)
+        super().__init__(
+            sql,
+            f"{detail} (limits: {memory} bytes of memory, {spill} bytes of spill; raise them with "
+            "--memory-limit-bytes or SLUICE_WAREHOUSE_MEMORY_LIMIT_BYTES)",
+        )

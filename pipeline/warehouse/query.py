@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.warehouse.connection import WarehouseLimits, open_warehouse
+from pipeline.warehouse.connection import WarehouseLimits, open_warehouse, statement_deadline
 from pipeline.warehouse.errors import QueryError
 
 if TYPE_CHECKING:
+    import duckdb
     import pyarrow as pa
 
 #: Statement types ``sluice query`` runs; DESCRIBE, SHOW and SUMMARIZE parse as SELECT.
@@ -62,30 +63,40 @@ def run_query(
 ) -> QueryResult:
     """Run one read-only SELECT over the warehouse; at most ``max_rows`` rows come back (None: all)."""
     import duckdb
-    import pyarrow as pa
+    import pyarrow  # noqa: F401 - imported before the clock starts: a first import can take seconds
 
     check_statement(sql)
     started = time.monotonic()
+    limits = limits or WarehouseLimits()
     con = open_warehouse(warehouse_path, read_only=True, limits=limits)
     try:
-        relation = con.sql(sql, params=dict(params) if params else None)
-        reader = relation.to_arrow_reader(FETCH_BATCH_ROWS)
-        batches: list[pa.RecordBatch] = []
-        kept = 0
-        truncated = False
-        for batch in reader:
-            if max_rows is not None and kept + batch.num_rows > max_rows:
-                batches.append(batch.slice(0, max_rows - kept))
-                truncated = True
-                break
-            batches.append(batch)
-            kept += batch.num_rows
-        table = pa.Table.from_batches(batches, schema=reader.schema)
+        with statement_deadline(con, limits, sql):
+            table, truncated = _fetch(con, sql, params, max_rows)
     except duckdb.Error as exc:
         raise QueryError(sql, _first_line(exc)) from None
     finally:
         con.close()
     return QueryResult(table=table, truncated=truncated, duration_s=round(time.monotonic() - started, 3))
+
+
+def _fetch(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any] | None, max_rows: int | None
+) -> tuple[pa.Table, bool]:
+    import pyarrow as pa
+
+    relation = con.sql(sql, params=dict(params) if params else None)
+    reader = relation.to_arrow_reader(FETCH_BATCH_ROWS)
+    batches: list[pa.RecordBatch] = []
+    kept = 0
+    truncated = False
+    for batch in reader:
+        if max_rows is not None and kept + batch.num_rows > max_rows:
+            batches.append(batch.slice(0, max_rows - kept))
+            truncated = True
+            break
+        batches.append(batch)
+        kept += batch.num_rows
+    return pa.Table.from_batches(batches, schema=reader.schema), truncated
 
 
 def _first_line(exc: BaseException) -> str:

@@ -31,4 +31,13 @@ def login_url(request: Request) -> str:
     """Airflow's login page, coming back to the page asked for."""
     from airflow.api_fastapi.app import get_auth_manager
 
-    return get_auth_manager().get_url_login(next_url=str(request.url))
+    return get_auth_manager().get_url_login(next_url=next_path(request))
+
+
+def next_path(request: Request) -> str:
+    """The page asked for as a path on this server (path and query; Starlette's path includes the mount
+    point), never a full URL: the scheme and host of ``request.url`` come from the client's ``Host``
+    header, and a login page that follows ``next`` would send the user to whatever host a link named (an
+    open redirect)."""
+    path = "/" + request.url.path.lstrip("/")  # "//evil.example" is a URL with a host, not a path
+    return f"{path}?{request.url.query}" if request.url.query else path

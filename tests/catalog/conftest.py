@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 
 import pytest
@@ -10,11 +9,6 @@ from sqlalchemy.orm import Session
 
 from pipeline.catalog.engine import make_engine, make_session_factory
 from pipeline.catalog.roles import RoleUrls, ensure_roles
-
-
-@pytest.fixture(scope="session")
-def role_passwords() -> tuple[str, str]:
-    return secrets.token_urlsafe(16), secrets.token_urlsafe(16)
 
 
 @pytest.fixture

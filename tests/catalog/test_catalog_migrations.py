@@ -137,3 +137,33 @@ def test_make_revision_finds_nothing_to_add(migrated_database_url: str, tmp_path
     assert written.parent == tmp_path
     assert f"down_revision: str | Sequence[str] | None = {migrate.head()!r}" in text
     assert "op." not in text
+
+
+def test_0002_turns_version_aliases_into_versions_and_back(fresh_database_url) -> None:
+    """0001's code registered a path's later content as ``<path>#sha256=<16 hex of its blob>``; 0002 makes
+    those versions of the path, and leaves a name that only contains the text as it is."""
+    url = fresh_database_url()
+    migrate.upgrade(url, "0001")
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO vendors (name, kind, config_hash, config) VALUES ('v', 'mcap', 'h', '{}');"
+                f"INSERT INTO blobs (sha256, size_bytes, raw_uri) VALUES ('{a}', 1, 'r'), ('{b}', 1, 'r'), "
+                f"('{c}', 1, 'r');"
+                "INSERT INTO source_files (vendor_id, path, blob_id) VALUES (1, 'x.mcap', 1), "
+                f"(1, 'x.mcap#sha256={b[:16]}', 2), (1, 'y#sha256={a[:16]}', 3)"
+            )
+        )
+    try:
+        migrate.upgrade(url)
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT path, version, blob_id FROM source_files ORDER BY id")).all()
+        assert [tuple(r) for r in rows] == [("x.mcap", 1, 1), ("x.mcap", 2, 2), (f"y#sha256={a[:16]}", 1, 3)]
+        migrate.downgrade(url, "0001")
+        with engine.connect() as conn:
+            paths = conn.execute(sa.text("SELECT path FROM source_files ORDER BY id")).scalars().all()
+        assert paths == ["x.mcap", f"x.mcap#sha256={b[:16]}", f"y#sha256={a[:16]}"]
+    finally:
+        engine.dispose()

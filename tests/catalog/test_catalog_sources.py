@@ -9,8 +9,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.catalog import repo
-from pipeline.catalog.errors import CatalogConflictError, CatalogMissingError, CatalogValueError
-from pipeline.catalog.models import Blob, Calibration, Episode, SourceFile, Stream, Vendor
+from pipeline.catalog.errors import (
+    CatalogConflictError,
+    CatalogMissingError,
+    CatalogValueError,
+    HistoryRewriteError,
+)
+from pipeline.catalog.models import Blob, Calibration, Episode, EpisodeStateChange, SourceFile, Stream, Vendor
 from pipeline.enums import FileState, ReasonCode, SourceKind, StreamRole
 from pipeline.errors import UnknownChoiceError
 
@@ -68,7 +73,7 @@ def test_register_blob_is_write_once(writer_session: Session) -> None:
     assert _count(writer_session, Blob) == 1
 
 
-def test_a_path_keeps_its_first_content(writer_session: Session, vendor_id: int) -> None:
+def test_a_path_keeps_every_content_as_a_version(writer_session: Session, vendor_id: int) -> None:
     blob_a = repo.register_blob(writer_session, sha256=_sha("a"), size_bytes=1, raw_uri="raw/a")
     blob_b = repo.register_blob(writer_session, sha256=_sha("b"), size_bytes=1, raw_uri="raw/b")
     first = repo.register_source_file(writer_session, vendor_id=vendor_id, path="x/1.mcap", blob_id=blob_a)
@@ -76,10 +81,23 @@ def test_a_path_keeps_its_first_content(writer_session: Session, vendor_id: int)
     alias = repo.register_source_file(writer_session, vendor_id=vendor_id, path="x/copy.mcap", blob_id=blob_a)
     assert (first.created, again.created, alias.created) == (True, False, True)
     assert again.id == first.id != alias.id
-    with pytest.raises(CatalogConflictError, match=r"'x/1\.mcap'"):
-        repo.register_source_file(writer_session, vendor_id=vendor_id, path="x/1.mcap", blob_id=blob_b)
-    # The refusal happened before any statement failed: the transaction goes on.
-    assert _count(writer_session, SourceFile) == 2
+    changed = repo.register_source_file(
+        writer_session, vendor_id=vendor_id, path="x/1.mcap", blob_id=blob_b, source_state={"size": 1}
+    )
+    assert (changed.created, changed.version) == (True, 2)
+    # The first bytes back under the same path are the first version, not a third.
+    back = repo.register_source_file(writer_session, vendor_id=vendor_id, path="x/1.mcap", blob_id=blob_a)
+    assert (back.id, back.created, back.version) == (first.id, False, 1)
+    rows = writer_session.execute(
+        sa.select(SourceFile.path, SourceFile.version, SourceFile.blob_id, SourceFile.source_state).order_by(
+            SourceFile.id
+        )
+    ).all()
+    assert [tuple(r) for r in rows] == [
+        ("x/1.mcap", 1, blob_a, None),
+        ("x/copy.mcap", 1, blob_a, None),
+        ("x/1.mcap", 2, blob_b, {"size": 1}),
+    ]
 
 
 def test_episode_metadata_fills_in_and_state_is_canonical(writer_session: Session, vendor_id: int) -> None:
@@ -128,6 +146,16 @@ def test_episode_metadata_fills_in_and_state_is_canonical(writer_session: Sessio
         repo.set_episode_state(writer_session, episode_id, "duplicate")
     with pytest.raises(CatalogMissingError, match="episode with id 999"):
         repo.set_episode_state(writer_session, 999, "accepted")
+    with pytest.raises(HistoryRewriteError, match="never goes back to pending"):
+        repo.set_episode_state(writer_session, episode_id, "pending")
+    # each refusal left the transaction usable, and the history holds the two changes made
+    history = writer_session.execute(
+        sa.select(EpisodeStateChange.from_state, EpisodeStateChange.to_state).order_by(EpisodeStateChange.id)
+    ).all()
+    assert [tuple(h) for h in history] == [
+        ("pending", "accepted_with_flags"),
+        ("accepted_with_flags", "quarantined"),
+    ]
     with pytest.raises(CatalogValueError, match="episode field \\['colour'\\]"):
         repo.set_episode_metadata(writer_session, episode_id, colour="red")
     with pytest.raises(CatalogConflictError, match="kind of the episode"):

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.integration
 
 
 def _run(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Exit code and stdout (progress goes to stderr: --json output must parse whole)."""
     result = CliRunner().invoke(app, args, env=env, catch_exceptions=False)
-    return result.exit_code, result.output
+    return result.exit_code, result.stdout
 
 
 def test_ingest_list_quarantine_and_scrub(tmp_path: Path, migrated_database_url: str) -> None:
@@ -32,7 +33,7 @@ def test_ingest_list_quarantine_and_scrub(tmp_path: Path, migrated_database_url:
         ["ingest", str(drop), "--kind", "mcap", "--include", "*.mcap", "--settle-s", "0", "--json"], env
     )
     assert code == 0, out
-    report = json.loads(out[out.index("{") :])
+    report = json.loads(out)  # stdout is the JSON and nothing else
     assert report["discovered"] == len(manifest.files)
 
     code, out = _run(["files", "list", "--json"], env)

@@ -31,6 +31,9 @@ SECTIONS = ("topics", "video", "timestamps", "calibration", "ingest", "quality")
 LIMIT_FINDINGS: dict[str, tuple[ReasonCode, ...]] = {
     "allowed_containers": (ReasonCode.DISALLOWED_CONTAINER,),
     "max_pixels": (ReasonCode.RESOLUTION_OUT_OF_BOUNDS,),
+    "max_width_px": (ReasonCode.RESOLUTION_OUT_OF_BOUNDS,),
+    "max_height_px": (ReasonCode.RESOLUTION_OUT_OF_BOUNDS,),
+    "allowed_codecs": (ReasonCode.UNSUPPORTED_ENCODING,),
     "memory_limit_bytes": (ReasonCode.PROBE_RESOURCE_LIMIT,),
     "timeout_s": (ReasonCode.PROBE_TIMEOUT,),
     "letterbox_min_fraction": (ReasonCode.LETTERBOXED,),

@@ -413,3 +413,42 @@ def test_a_step_on_a_vendors_own_pool_runs_on_the_default_queue(write_vendor, ti
     assert (steps.ingest.pool, steps.ingest.celery_queue) == ("bulk_io", "default")
     assert steps.shard.celery_queue == "io"
     assert steps.transcode.celery_queue == "cpu"
+
+
+# --- secrets ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "paths"),
+    [
+        ("{key: AKIAEXAMPLE, secret: wJalrXUtnFEMI}", ["storage_options.key", "storage_options.secret"]),
+        (
+            "{client_kwargs: {aws_secret_access_key: x}}",
+            ["storage_options.client_kwargs.aws_secret_access_key"],
+        ),
+        ("{account_name: acct, Account-Key: x}", ["storage_options.Account-Key"]),
+        ("{headers: {Authorization: Bearer abc}}", ["storage_options.headers.Authorization"]),
+        ("{token: {refresh_token: x, client_secret: y}}", ["storage_options.token"]),
+    ],
+)
+def test_inline_credentials_in_storage_options_are_refused(
+    write_vendor, tiny: str, options: str, paths: list[str]
+) -> None:
+    text = tiny.replace("  url: {root}\n", f"  url: {{root}}\n  storage_options: {options}\n")
+    problems = problems_of(write_vendor(text))
+    message = problems["source.storage_options"]
+    assert all(p in message for p in paths), message
+    assert "environment" in message and "curation role" in message
+
+
+def test_credential_free_storage_options_and_token_methods_pass(write_vendor, tiny: str) -> None:
+    text = tiny.replace(
+        "  url: {root}\n",
+        "  url: {root}\n  storage_options: {anon: false, token: google_default, key_prefix: a}\n",
+    )
+    assert load_vendor(write_vendor(text)).source.storage_options["token"] == "google_default"
+
+
+def test_a_password_in_the_source_url_is_refused(write_vendor, tiny: str) -> None:
+    problems = problems_of(write_vendor(tiny.replace("url: {root}", "url: sftp://vendor:hunter2@host/drop")))
+    assert "password" in problems["source.url"]

@@ -105,3 +105,12 @@ def test_schema_describes_the_resolved_examples(vendors_dir: Path) -> None:
         jsonschema.validate(load_vendor(vendors_dir / f"{name}.yaml").model_dump(mode="json"), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"name": "x", "kind": "mcap", "source": {"url": "d"}, "bogus": 1}, schema)
+
+
+@pytest.mark.parametrize("value", [".nan", ".NaN", "-.inf", "+.Inf"])
+def test_validate_names_a_nan_or_infinite_threshold_as_a_problem(write_vendor, tiny: str, value: str) -> None:
+    bad = write_vendor(tiny + f"quality:\n  pre:\n    max_gap_rate: {value}\n")
+    result = runner.invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "quality.pre.max_gap_rate  line 12: input should be a finite number" in result.output

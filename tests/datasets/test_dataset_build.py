@@ -270,3 +270,29 @@ def test_a_split_left_empty_by_too_few_groups_is_a_warning(
     assert "(session_id)" in version.warnings[0]
     with catalog.session() as s:
         assert get_version(s, version.name, version.version).warnings == version.warnings
+
+
+def test_a_filter_that_never_ends_is_stopped_and_no_version_is_made(
+    catalog: SyntheticCatalog, catalog_engine: Engine, warehouse_path: Path, store
+) -> None:
+    from pipeline.datasets import build
+    from pipeline.warehouse import sync
+    from pipeline.warehouse.connection import WarehouseLimits
+    from pipeline.warehouse.errors import QueryTimeoutError
+
+    _fill(catalog, range(2), task="pick_place", state=FileState.ACCEPTED)
+    sync(catalog_engine, warehouse_path)
+    endless = (
+        "episode_id IN (WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) SELECT n FROM t)"
+    )
+    spec = _spec(filter={"where": endless})
+    with pytest.raises(QueryTimeoutError, match="stopped after 1 s"):
+        build(
+            spec,
+            engine=catalog_engine,
+            warehouse_path=warehouse_path,
+            store=store,
+            limits=WarehouseLimits(timeout_s=1),
+        )
+    with catalog_engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM dataset_versions")).scalar_one() == 0

@@ -233,18 +233,23 @@ def write_video(
     container: str = "mp4",
     options: dict[str, str] | None = None,
     seed: int = 0,
+    pix_fmt: str = "yuv420p",
+    black: bool = False,
 ) -> Path:
-    """Real H.264 (or ``codec``) of grainy frames; ``bars_px`` black rows at the top and bottom."""
+    """Real H.264 (or ``codec``) of grainy frames (``black``: all black); ``bars_px`` black rows at the
+    top and bottom."""
     rng = np.random.default_rng(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w", format=container) as out:
         stream = out.add_stream(codec, rate=fps, options=options or {})
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         if pts_ms is not None:
             stream.codec_context.time_base = Fraction(1, 1000)
             stream.time_base = Fraction(1, 1000)
         for index in range(frames):
             image = rng.integers(40, 255, (height, width, 3), dtype=np.uint8)
+            if black:
+                image[:] = 0
             if bars_px:
                 image[:bars_px] = image[-bars_px:] = 0
             frame = av.VideoFrame.from_ndarray(image, format="rgb24")
@@ -253,6 +258,27 @@ def write_video(
             out.mux(stream.encode(frame))
         out.mux(stream.encode())
     return path
+
+
+def _declared_size(width: int, height: int) -> VideoMaker:
+    """A small real MJPEG ``.mov`` whose sample description and every frame's JPEG header (SOF0) declare
+    ``width`` x ``height``, with 64x64 frames' worth of data behind them: a decoder would allocate the
+    declared picture."""
+
+    def make(dst: Path) -> Path:
+        write_video(dst, width=64, height=64, frames=12, codec="mjpeg", container="mov", pix_fmt="yuvj420p")
+        data = bytearray(dst.read_bytes())
+        size = width.to_bytes(2, "big") + height.to_bytes(2, "big")
+        entry = data.index(b"jpeg", data.index(b"stsd"))  # the visual sample entry's type
+        data[entry + 28 : entry + 32] = size
+        sof = data.find(b"\xff\xc0")
+        while sof != -1:  # SOF0: marker, length (2), precision (1), height (2), width (2)
+            data[sof + 5 : sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+            sof = data.find(b"\xff\xc0", sof + 9)
+        dst.write_bytes(bytes(data))
+        return dst
+
+    return make
 
 
 def _remux(src: Path, dst: Path, *, shift_frames: int = 0, faststart: bool = False) -> None:
@@ -340,7 +366,11 @@ VIDEO_CASES: dict[str, tuple[VideoMaker, Expected]] = {
         lambda d: write_video(d, container="matroska", seed=9),
         Q(R.DISALLOWED_CONTAINER),
     ),
-    "crafted/three_frames.mp4": (lambda d: write_video(d, frames=3, seed=10), Q(R.TOO_FEW_FRAMES)),
+    # 3 frames at 30 fps: too few, and 0.1 s is below the contract's 0.3 s too
+    "crafted/three_frames.mp4": (
+        lambda d: write_video(d, frames=3, seed=10),
+        Q(R.TOO_FEW_FRAMES, R.DURATION_OUT_OF_BOUNDS),
+    ),
     "crafted/tiny_16x16.mp4": (
         lambda d: write_video(d, width=16, height=16, seed=11),
         Q(R.RESOLUTION_OUT_OF_BOUNDS),
@@ -363,6 +393,26 @@ VIDEO_CASES: dict[str, tuple[VideoMaker, Expected]] = {
         Q(R.UNSUPPORTED_ENCODING),
     ),
     "crafted/ビデオ clip.mp4": (lambda d: write_video(d, seed=16), OK),
+    # Refused from the header, as the contract promises, never decoded: not the decoder's errors.
+    "crafted/mjpeg_65500x8.mov": (
+        lambda d: write_video(
+            d, width=65500, height=8, frames=12, codec="mjpeg", container="mov", pix_fmt="yuvj420p"
+        ),
+        Q(R.UNSUPPORTED_ENCODING, R.RESOLUTION_OUT_OF_BOUNDS),
+    ),
+    "crafted/mjpeg_30000x30000.mov": (
+        _declared_size(30000, 30000),
+        Q(R.UNSUPPORTED_ENCODING, R.RESOLUTION_OUT_OF_BOUNDS),
+    ),
+    # One finding does not hide the others: blank, too small and too fast are all said.
+    "crafted/blank_16x16_1000fps.mp4": (
+        lambda d: write_video(d, width=16, height=16, fps=1000, frames=400, black=True, seed=17),
+        Q(R.BLANK_VIDEO, R.RESOLUTION_OUT_OF_BOUNDS, R.FRAME_RATE_OUT_OF_BOUNDS),
+    ),
+    "crafted/three_frames_at_2fps.mp4": (
+        lambda d: write_video(d, fps=2, frames=3, seed=18),
+        Q(R.TOO_FEW_FRAMES, R.FRAME_RATE_OUT_OF_BOUNDS),
+    ),
 }
 
 #: The video vendor of the catalogue: the northwind profile with bounds that fit tiny test clips.

@@ -74,10 +74,15 @@ def vendor_config(base: Mapping[str, Any] | Path, root: Path, **overrides: Any) 
 
 
 def episode_rows(engine: sa.Engine, vendor: str | None = None) -> dict[str, dict[str, Any]]:
-    """path -> {state, reasons, detail, duplicate_of (path), id, sha256} for every source file."""
+    """alias -> {state, reasons, detail, duplicate_of (alias), id, sha256, version} for every source file
+    version; the alias is the path, then ``[version N]`` past the first (as ingest names them)."""
     query = sa.text(
         """
-        SELECT sf.path, e.id, e.state, e.reasons, e.detail, b.sha256, d_sf.path AS duplicate_of
+        SELECT sf.path || CASE WHEN sf.version > 1 THEN ' [version ' || sf.version || ']' ELSE '' END
+                   AS path,
+               sf.version, e.id, e.state, e.reasons, e.detail, b.sha256,
+               d_sf.path || CASE WHEN d_sf.version > 1 THEN ' [version ' || d_sf.version || ']' ELSE '' END
+                   AS duplicate_of
         FROM episodes e
         JOIN source_files sf ON sf.id = e.source_file_id
         JOIN vendors v ON v.id = sf.vendor_id

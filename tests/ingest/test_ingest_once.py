@@ -1,5 +1,6 @@
 """Every input lands once: re-runs add nothing, concurrent runs and a kill -9 leave no duplicate and no partial
-object, a changed file becomes a new input, and a flipped bit in the raw store is found."""
+object, a changed file becomes a new input (whatever its size and mtime), names are kept apart byte for
+byte, links never take a file from outside the drop, and a flipped bit in the raw store is found."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,7 @@ from ingest_helpers import (
 
 from pipeline.config import VendorConfig
 from pipeline.enums import TERMINAL_FILE_STATES, FileState
-from pipeline.steps.ingest import VERSION_MARK
+from pipeline.steps.base import WorkItem
 from pipeline.synth import expected_outcome
 from pipeline.synth.drop import DropManifest
 from pipeline.vendor_ingest import ingest_vendor
@@ -168,6 +170,69 @@ def test_two_concurrent_ingests_of_one_vendor_leave_no_duplicates(
     assert len(_raw_listing(tmp_path)) == len({f.sha256 for f in manifest.files})
     duplicate = manifest.by_defect("duplicate")[0]
     assert episode_rows(engine)[duplicate.path]["duplicate_of"] == duplicate.duplicate_of
+    # and gated once between them: an episode one child gates, the other skips
+    gated = sum(
+        r["steps"]["quality_pre"]["succeeded"] + r["steps"]["quality_pre"]["rejected"] for r in reports
+    )
+    gatable = sum(1 for r in episode_rows(engine).values() if r["state"] != "duplicate")
+    assert gated == gatable, [r["steps"]["quality_pre"] for r in reports]
+
+
+def test_an_episode_another_worker_held_and_let_go_unfinished_is_gated_after_the_others(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    """A worker that finds an episode claimed goes on with the others, then waits for the claim: if its
+    holder stopped without a final outcome (failed, died), the episode is gated here, not skipped."""
+    import threading
+
+    from pipeline.steps.quality_pre import QualityPreStep
+    from pipeline.steps.runner import Claim, claimed, run_step
+    from pipeline.vendor_ingest import discover_vendor
+
+    _, vendor, _ = _acme_drop(tmp_path, robot_drop)
+    ctx = make_context(tmp_path, migrated_database_url)
+    ingest_vendor(vendor, ctx, settle_s=0, gate=False)
+    found = discover_vendor(vendor, ctx.settings.project_dir_abs, settle_s=0)
+    files = [WorkItem(key=c.path, source_path=c.path, size_bytes=c.size_bytes) for c in found.candidates]
+    held = next(iter(QualityPreStep(vendor, ctx).items(files)))
+    claim_held, let_go, seen = threading.Event(), threading.Event(), []
+
+    def other_worker() -> None:
+        with claimed(QualityPreStep(vendor, ctx), held, wait=False) as claim:
+            seen.append(claim)
+            claim_held.set()
+            let_go.wait(300)
+
+    holder = threading.Thread(target=other_worker)
+    holder.start()
+    assert claim_held.wait(60) and seen == [Claim.MINE]
+
+    def final_quality_pre() -> set[int]:
+        with ctx.engine.connect() as conn:
+            return set(
+                conn.execute(
+                    sa.text(
+                        "SELECT episode_id FROM step_runs WHERE step = 'quality_pre' "
+                        "AND status IN ('succeeded', 'rejected')"
+                    )
+                ).scalars()
+            )
+
+    summaries: list[object] = []
+    runner = threading.Thread(target=lambda: summaries.append(run_step(QualityPreStep(vendor, ctx), files)))
+    runner.start()
+    others = {i.episode_id for i in QualityPreStep(vendor, ctx).items(files)} - {held.episode_id}
+    deadline = time.monotonic() + 300
+    while not others <= final_quality_pre():  # the runner went past the held episode
+        assert runner.is_alive() and time.monotonic() < deadline
+        time.sleep(0.2)
+    assert held.episode_id not in final_quality_pre()
+    let_go.set()  # the holder gives up without an outcome
+    holder.join()
+    runner.join(300)
+    (summary,) = summaries
+    assert held.episode_id in final_quality_pre()
+    assert summary.skipped == 0 and summary.succeeded + summary.rejected == len(others) + 1  # type: ignore[attr-defined]
 
 
 def test_kill_9_during_ingest_then_ingest_again(
@@ -222,14 +287,14 @@ def test_a_changed_file_is_a_new_input_and_the_old_content_is_kept(
     clean = manifest.by_defect(None)
     target, other = root / clean[0].path, root / clean[1].path
     old_sha = sha256_of(target)
-    assert target.stat().st_size != other.stat().st_size  # (a same-size change is not looked for)
+    assert target.stat().st_size != other.stat().st_size
     target.write_bytes(other.read_bytes())  # re-delivered with other (valid) content
     os.utime(target)
     ingest_vendor(vendor, ctx, settle_s=0)
     rows = episode_rows(ctx.engine)
     versions = {p: r for p, r in rows.items() if p.startswith(clean[0].path)}
     assert len(versions) == 2
-    new_alias = f"{clean[0].path}{VERSION_MARK}{sha256_of(target)[:16]}"
+    new_alias = f"{clean[0].path} [version 2]"
     assert rows[clean[0].path]["sha256"] == old_sha and rows[clean[0].path]["state"] == "accepted"
     assert rows[new_alias]["state"] == "duplicate" and rows[new_alias]["duplicate_of"] == clean[1].path
     assert all(FileState(r["state"]) in TERMINAL_FILE_STATES for r in rows.values())
@@ -271,3 +336,170 @@ def test_a_bit_flipped_in_a_stored_object_is_found_by_scrub(
     assert done.returncode == 1, done.stderr[-2000:]
     reported = json.loads(done.stdout)
     assert [f["sha256"] for f in reported["findings"]] == [victim]
+
+
+def test_a_same_size_change_with_its_old_mtime_is_a_new_input(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    """Identity is the hash: a re-delivery of other bytes of the same size, even with the old mtime put
+    back, is landed, registered as the path's next version and gated."""
+    root, vendor, manifest = _acme_drop(tmp_path, robot_drop)
+    ctx = make_context(tmp_path, migrated_database_url)
+    ingest_vendor(vendor, ctx, settle_s=0)
+    target = root / manifest.by_defect(None)[0].path
+    before = target.stat()
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other bytes (the pre-gate's CRCs will say what they are)
+    target.write_bytes(bytes(data))
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (target.stat().st_size, target.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+    report = ingest_vendor(vendor, ctx, settle_s=0)
+    rows = episode_rows(ctx.engine)
+    path = manifest.by_defect(None)[0].path
+    assert rows[f"{path} [version 2]"]["sha256"] == sha256_of(target)
+    assert rows[path]["sha256"] != sha256_of(target) and rows[path]["state"] == "accepted"
+    assert FileState(rows[f"{path} [version 2]"]["state"]) in TERMINAL_FILE_STATES
+    assert report.steps["ingest"]["succeeded"] == 1  # the others were provably unchanged
+    assert ctx.store.has_raw(sha256_of(target))
+
+
+def test_a_touched_file_is_hashed_once_more_then_skipped(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    root, vendor, manifest = _acme_drop(tmp_path, robot_drop)
+    ctx = make_context(tmp_path, migrated_database_url)
+    ingest_vendor(vendor, ctx, settle_s=0, gate=False)
+    counts = table_counts(ctx.engine)
+    os.utime(root / manifest.by_defect(None)[0].path)  # touched, not changed
+    again = ingest_vendor(vendor, ctx, settle_s=0, gate=False)
+    assert (again.steps["ingest"]["succeeded"], again.steps["ingest"]["skipped"]) == (
+        1,
+        len(manifest.files) - 1,
+    )
+    assert table_counts(ctx.engine) == counts  # the same content: no new version, no new row
+    third = ingest_vendor(vendor, ctx, settle_s=0, gate=False)
+    assert third.steps["ingest"]["skipped"] == len(manifest.files)
+
+
+def test_names_are_kept_apart_byte_for_byte(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    """A name holding ``#sha256=`` is a name like any other; a raw 0xff byte and the text ``\\xff`` are two
+    names; a re-run finds all of them done."""
+    root, vendor, manifest = _acme_drop(tmp_path, robot_drop)
+    clean = [root / f.path for f in manifest.by_defect(None)]
+    folder = clean[0].parent
+    hashy = folder / f"ep#sha256={sha256_of(clean[0])[:16]}.mcap"
+    raw_byte = Path(os.fsdecode(bytes(folder) + b"/ep-\xff.mcap"))
+    text_escape = folder / "ep-\\xff.mcap"
+    for name, src in ((hashy, clean[0]), (raw_byte, clean[1]), (text_escape, clean[0])):
+        name.write_bytes(src.read_bytes())
+    ctx = make_context(tmp_path, migrated_database_url)
+    first = ingest_vendor(vendor, ctx, settle_s=0)
+    rows = episode_rows(ctx.engine)
+    relative = folder.relative_to(root).as_posix()
+    expected = {  # catalog text -> the file it must name
+        f"{relative}/ep#sha256={sha256_of(clean[0])[:16]}.mcap": hashy,
+        f"{relative}/ep-\\xff.mcap": raw_byte,
+        f"{relative}/ep-\\\\xff.mcap": text_escape,
+    }
+    assert {p: rows[p]["sha256"] for p in expected} == {p: sha256_of(f) for p, f in expected.items()}
+    assert all(FileState(rows[p]["state"]) in TERMINAL_FILE_STATES for p in expected)
+    assert all(r["version"] == 1 for r in rows.values())
+    assert first.steps["ingest"]["succeeded"] == len(manifest.files) + 3
+    second = ingest_vendor(vendor, ctx, settle_s=0)
+    assert second.steps["ingest"]["skipped"] == len(manifest.files) + 3
+    assert len(episode_rows(ctx.engine)) == len(rows)
+
+
+def test_links_never_bring_in_a_file_from_outside(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    """A file swapped for a symlink to a secret after discovery, and a hard link to it, are refused at
+    landing and recorded as passed over; the secret is never stored."""
+    from pipeline.steps.ingest import IngestStep
+    from pipeline.steps.runner import run_step
+    from pipeline.vendor_ingest import discover_vendor
+
+    root, vendor, manifest = _acme_drop(tmp_path, robot_drop)
+    secret = tmp_path / "shadow"
+    secret.write_bytes(b"root:$6$salt$hash:19000:0:99999:7:::\n")
+    ctx = make_context(tmp_path, migrated_database_url)
+    found = discover_vendor(vendor, ctx.settings.project_dir_abs, settle_s=0)
+    victim = root / manifest.by_defect(None)[0].path
+    victim.unlink()
+    victim.symlink_to(secret)  # after discovery, before landing
+    linked = root / manifest.by_defect(None)[1].path
+    linked.unlink()
+    os.link(secret, linked)
+    items = [WorkItem(key=c.path, source_path=c.path, size_bytes=c.size_bytes) for c in found.candidates]
+    summary = run_step(IngestStep(vendor, ctx), items)
+    assert summary.rejected == 2
+    assert not ctx.store.has_raw(sha256_of(secret))
+    with ctx.engine.connect() as conn:
+        passed = dict(conn.execute(sa.text("SELECT path, why FROM passed_over_files")).all())
+    assert passed == {
+        manifest.by_defect(None)[0].path: "outside_root",
+        manifest.by_defect(None)[1].path: "hard_link",
+    }
+    assert manifest.by_defect(None)[0].path not in episode_rows(ctx.engine)
+
+
+def test_files_discovery_passes_over_are_recorded(
+    tmp_path: Path, migrated_database_url: str, robot_drop: tuple[Path, DropManifest]
+) -> None:
+    root, vendor, _ = _acme_drop(tmp_path, robot_drop)
+    outside = tmp_path / "outside.mcap"
+    outside.write_bytes(b"not the vendor's")
+    (root / "link-out.mcap").symlink_to(outside)
+    os.mkfifo(root / "fifo.mcap")
+    ctx = make_context(tmp_path, migrated_database_url)
+    report = ingest_vendor(vendor, ctx, settle_s=0, gate=False)
+    assert {p["path"]: p["why"] for p in report.passed_over} == {
+        "fifo.mcap": "not_regular",
+        "link-out.mcap": "outside_root",
+    }
+    with ctx.engine.connect() as conn:
+        recorded = dict(conn.execute(sa.text("SELECT path, why FROM passed_over_files")).all())
+    assert recorded == {"fifo.mcap": "not_regular", "link-out.mcap": "outside_root"}
+    ingest_vendor(vendor, ctx, settle_s=0, gate=False)  # seen again: refreshed, not duplicated
+    with ctx.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM passed_over_files")).scalar_one() == 2
+
+
+def test_every_catalog_connection_of_an_ingest_is_the_ingest_role(
+    tmp_path: Path,
+    migrated_database_url: str,
+    ingest_role_url: str,
+    robot_drop: tuple[Path, DropManifest],
+    connection_log: Callable[[str], Callable[[], list[str]]],
+) -> None:
+    """Built as every entry point builds it (build_context), an ingest and its pre-gate connect as
+    sluice_ingest only, and the states they set are history rows of the state function."""
+    from pipeline.settings import Settings
+    from pipeline.steps.runner import build_context
+
+    _, vendor, manifest = _acme_drop(tmp_path, robot_drop)
+    settings = Settings(
+        home=tmp_path / "home",
+        database_url=migrated_database_url,
+        ingest_database_url=ingest_role_url,
+        store_url=str(tmp_path / "store"),
+        project_dir=tmp_path,
+    )
+    users = connection_log(sa.make_url(migrated_database_url).database or "")
+    ctx = build_context(settings, code_version="test")
+    try:
+        report = ingest_vendor(vendor, ctx, settle_s=0)
+    finally:
+        ctx.engine.dispose()
+    seen = users()
+    assert seen and set(seen) == {"sluice_ingest"}, seen
+    assert report.steps["ingest"]["succeeded"] == len(manifest.files)
+    engine = sa.create_engine(migrated_database_url)
+    with engine.connect() as conn:
+        changes = conn.execute(sa.text("SELECT count(*), min(changed_by) FROM episode_state_changes")).one()
+        decided = conn.execute(sa.text("SELECT count(*) FROM episodes WHERE state <> 'pending'")).scalar_one()
+    engine.dispose()
+    assert tuple(changes) == (decided, "sluice_ingest")

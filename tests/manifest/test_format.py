@@ -98,7 +98,11 @@ def test_files_are_laid_out_in_fixed_batches_and_row_groups(
 def test_publishing_leaves_no_temporary_files(manifest_table: MakeTable, tmp_path: Path) -> None:
     mf.write_manifest(manifest_table(10), tmp_path)
     mf.write_manifest(manifest_table(20), tmp_path)  # a rewrite replaces the files by rename
-    assert sorted(p.name for p in tmp_path.iterdir()) == [mf.IPC_FILE_NAME, mf.PARQUET_FILE_NAME]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        mf.IPC_FILE_NAME,
+        mf.PARQUET_FILE_NAME,
+        mf.SUMS_FILE_NAME,
+    ]
     assert pq.read_metadata(tmp_path / mf.PARQUET_FILE_NAME).num_rows == 20
 
 

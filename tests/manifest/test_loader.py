@@ -17,6 +17,7 @@ import pytest
 from filelock import FileLock
 from hypothesis import given
 from hypothesis import strategies as st
+from manifest_helpers import record_sums
 
 from pipeline.manifest import cache as manifest_cache
 from pipeline.manifest import format as mf
@@ -26,6 +27,7 @@ from pipeline.manifest.errors import (
     ManifestFetchError,
     ManifestIntegrityError,
     ManifestSchemaError,
+    ManifestUnverifiableError,
 )
 from pipeline.manifest.loader import Manifest, open_manifest, shard_range
 
@@ -227,6 +229,7 @@ def test_slices_are_right_whatever_the_stored_batch_layout(
                 pa.RecordBatch.from_pylist(table.slice(offset, size).to_pylist(), table.schema)
             )
             offset += size
+    record_sums(path)
     ids = table.column(mf.EPISODE_ID).to_pylist()
     for world_size in (1, 3, 7):
         got: list[str] = []
@@ -295,17 +298,37 @@ def test_a_file_that_is_not_a_manifest_is_refused(
 ) -> None:
     files, _ = written
     with pytest.raises(ManifestSchemaError, match="not an Arrow IPC file"):
-        _open_whole(files.parquet_path, tmp_path / "c")
+        _open_whole(files.parquet_path, tmp_path / "c")  # the sums file vouches for its bytes, not its kind
     other = tmp_path / "other.arrow"
     with pa.OSFile(str(other), "wb") as sink, pa.ipc.new_file(sink, pa.schema([("x", pa.int8())])) as w:
         w.write_table(pa.table({"x": pa.array([1], pa.int8())}))
+    record_sums(other)
     with pytest.raises(ManifestSchemaError, match="episode_id: missing"):
         _open_whole(other, tmp_path / "c")
 
 
 def test_a_missing_manifest_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(ManifestFetchError, match="cannot read manifest"):
+        _open_whole(tmp_path / "nope.arrow", tmp_path / "c", verify=False)
+    with pytest.raises(ManifestUnverifiableError, match=r"nope\.arrow.*manifest\.sha256' does not exist"):
         _open_whole(tmp_path / "nope.arrow", tmp_path / "c")
+
+
+def test_a_changed_manifest_is_refused_by_default_with_its_name(
+    written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path
+) -> None:
+    """Opened as the demo opens it (no expected_sha256): the sums file beside it is the reference, so a
+    manifest whose row URI was changed in the store is refused, and nothing reaches the cache."""
+    files, table = written
+    data = files.ipc_path.read_bytes()
+    uri = table.column(mf.URI)[3].as_py().encode()
+    at = data.index(uri)
+    files.ipc_path.write_bytes(data[:at] + uri.replace(b"derived", b"DERIVED") + data[at + len(uri) :])
+    with pytest.raises(ManifestIntegrityError, match=rf"manifest 'file://{files.ipc_path}' has sha256"):
+        _open_whole(files.ipc_path, tmp_path / "c")
+    assert not any(p.suffix == ".arrow" for p in (tmp_path / "c").iterdir())
+    forged = _open_whole(files.ipc_path, tmp_path / "c2", verify=False)  # trusting the bytes, knowingly
+    assert forged.table.column(mf.URI)[3].as_py() != table.column(mf.URI)[3].as_py()
 
 
 def test_bad_ranks_and_digests_are_named(written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path) -> None:
@@ -384,11 +407,13 @@ class HttpStore:
         self._server: object = None
 
     def serve(self, path: Path, *, honour_ranges: bool = True) -> None:
+        """Serve ``path`` (its GETs are counted in ``served``) and the other files of its folder (its sums
+        file), as an object store serves a prefix."""
         import http.server
         import threading
 
         store = self
-        data = path.read_bytes()
+        folder = path.parent
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as object stores serve
@@ -396,19 +421,35 @@ class HttpStore:
             def log_message(self, format: str, *args: object) -> None:  # keep pytest output clean
                 pass
 
+            def _file(self) -> bytes | None:
+                asked = folder / self.path.lstrip("/")
+                if asked.parent != folder or not asked.is_file():
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return None
+                return asked.read_bytes()
+
             def do_HEAD(self) -> None:
+                data = self._file()
+                if data is None:
+                    return
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.send_header("Accept-Ranges", "bytes")
                 self.end_headers()
 
             def do_GET(self) -> None:
+                data = self._file()
+                if data is None:
+                    return
                 header = self.headers.get("Range")
                 body, status = data, 200
                 if header and honour_ranges:
                     first, last = header.removeprefix("bytes=").split("-")
                     body, status = data[int(first) : int(last) + 1], 206
-                store.served.append((header, len(body)))
+                if self.path.lstrip("/") == path.name:
+                    store.served.append((header, len(body)))
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(body)))
                 if status == 206:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from manifest_helpers import record_sums
 
 from pipeline.enums import Split
 from pipeline.manifest import format as mf
@@ -39,7 +40,7 @@ def hand_written(table: pa.Table, path: Path, batch_rows: int) -> Path:
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         for batch in mf.canonical_batches(table, batch_rows):
             writer.write_batch(batch)
-    return path
+    return record_sums(path)
 
 
 def assert_ranks_share_each_split(
@@ -183,6 +184,7 @@ def test_recorded_ranges_that_lie_are_not_trusted(
     path = tmp_path / "lying.arrow"
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, conformed.schema) as writer:
         writer.write_table(conformed)
+    record_sums(path)
     m = open_manifest(path, rank=1, world_size=2, cache_dir=tmp_path / "c", split="val")
     assert set(m.table.column(mf.SPLIT).to_pylist()) == {"val"}
     assert (m.split_start, m.split_stop, m.row_start, m.rows) == (60, 80, 70, 10)
@@ -270,6 +272,7 @@ def test_a_file_whose_batches_and_recorded_ranges_both_lie_is_read_right(
         for size in (16, 16, 4, 16):
             writer.write_batch(conformed.slice(offset, size).to_batches()[0])
             offset += size
+    record_sums(path)
     splits = conformed.column(mf.SPLIT).to_pylist()
     for split in SPLITS:
         m = open_manifest(path, rank=0, world_size=1, cache_dir=tmp_path / "c", split=split)

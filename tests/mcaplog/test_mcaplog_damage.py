@@ -159,6 +159,30 @@ def test_summary_lie_without_crcs_is_caught_by_cross_checks(
     _assert_failed(read_log(_damaged(tmp_path, flip(valid, stats_offset + 9))), ReasonCode.CONTAINER_ERROR)
 
 
+OP_MESSAGE_INDEX = 0x07
+ENTRY_BYTES = 16  # log time, position in the chunk
+
+
+def test_a_message_index_must_list_exactly_the_messages_of_its_chunk(
+    tmp_path: Path, small_mcap: Callable[..., Path]
+) -> None:
+    valid = small_mcap().read_bytes()  # chunk CRCs on: they do not cover the indexes after a chunk
+    pos, _, length = first(walk_records(valid), OP_MESSAGE_INDEX)
+    entries = pos + 9 + 2 + 4  # past the record header, the channel id and the entries' byte length
+    assert length >= 2 + 4 + 2 * ENTRY_BYTES
+    first_entry, second_entry = (
+        valid[entries : entries + ENTRY_BYTES],
+        valid[entries + ENTRY_BYTES : entries + 2 * ENTRY_BYTES],
+    )
+    for where in (entries, entries + 8, entries + ENTRY_BYTES + 8):  # a log time, a position, another
+        _assert_failed(read_log(_damaged(tmp_path, flip(valid, where))), ReasonCode.CONTAINER_ERROR)
+    twice = valid[:entries] + first_entry + first_entry + valid[entries + 2 * ENTRY_BYTES :]
+    _assert_failed(read_log(_damaged(tmp_path, twice)), ReasonCode.CONTAINER_ERROR)
+    # the same entries in another order list the same messages
+    swapped = valid[:entries] + second_entry + first_entry + valid[entries + 2 * ENTRY_BYTES :]
+    assert read_log(_damaged(tmp_path, swapped)).ok
+
+
 @pytest.mark.parametrize(
     ("options", "absent"),
     [

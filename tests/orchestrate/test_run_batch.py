@@ -194,3 +194,70 @@ def test_an_empty_source_is_a_recorded_warning_and_a_missing_one_fails_with_sour
     by_step = {(w["step"], w.get("code")): w for w in warnings}
     assert set(by_step) == {("discover", "source_missing"), ("plan", None)}
     assert str(drop) in by_step[("discover", "source_missing")]["detail"]
+
+
+#: A DAG task in its own process: opens the run, starts the ingest step (its batch's items recorded as
+#: running), then hangs until it is killed -9, as a worker node that dies mid-run does.
+DOOMED_TASK = r"""
+import sys, time
+from pathlib import Path
+from pipeline.config import load_vendor
+from pipeline.orchestrate import run_batch_step, start_run, discover, plan, validate_conf
+from pipeline.settings import load_settings
+from pipeline.steps.runner import build_context
+settings = load_settings(home=sys.argv[2], database_url=sys.argv[3], store_url=sys.argv[4], project_dir=sys.argv[5])
+ctx = build_context(settings)
+vendor = load_vendor(Path(sys.argv[1]))
+run_id = start_run(ctx, vendor, dag_id=vendor.name, run_id="killed__1", toggles=validate_conf(vendor, {}))
+discover(ctx, vendor, run_id)
+planned = plan(ctx, vendor, run_id)
+run_batch_step(settings, vendor, "ingest", run_id, planned["batch_ids"][0], ctx=ctx)
+print(run_id, flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_run_whose_process_was_killed_is_closed_by_the_next_run(
+    ctx: StepContext, settings: Settings, drop: Path, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    vendor = write_vendor(tmp_path, drop)
+    vendor_file = next(tmp_path.glob(f"**/{vendor.name}.yaml"))
+    child = subprocess.Popen(
+        [sys.executable, "-c", DOOMED_TASK, str(vendor_file), str(settings.home), str(settings.database_url),
+         str(settings.store_url), str(settings.project_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    killed_run = int(child.stdout.readline())  # type: ignore[union-attr]
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+
+    def outcomes() -> dict[int, tuple[str, list]]:  # type: ignore[type-arg]
+        with ctx.engine.connect() as conn:
+            rows = conn.execute(text("SELECT id, outcome, warnings FROM pipeline_runs")).all()
+        return {r.id: (r.outcome, r.warnings) for r in rows}
+
+    assert outcomes()[killed_run][0] == "running"  # nothing of the killed process will ever close it
+    # A run opened while the killed one is recent leaves it alone: it may still be alive.
+    start_run(ctx, vendor, dag_id=vendor.name, run_id="manual__2", toggles=validate_conf(vendor, {}))
+    assert outcomes()[killed_run][0] == "running"
+    time.sleep(1.5)
+    quick = ctx.settings.model_copy(update={"run_abandoned_after_s": 1.0})
+    fresh = start_run(
+        StepContext(quick, ctx.engine, ctx.store, ctx.code_version),
+        vendor,
+        dag_id=vendor.name,
+        run_id="manual__3",
+        toggles=validate_conf(vendor, {}),
+    )
+    runs = outcomes()
+    outcome, warnings = runs[killed_run]
+    assert outcome == "failed"
+    assert [(w["step"], w["critical"]) for w in warnings] == [("abandoned", True)]
+    assert "stopped without an outcome" in warnings[0]["detail"]
+    assert runs[fresh][0] == "running"

@@ -17,6 +17,7 @@ from reader_helpers import damage_frames, without_cameras
 from pipeline.enums import ReasonCode
 from pipeline.errors import InputError, SluiceError
 from pipeline.reader import EpisodeIndex, EpisodeIndexError, EpisodeReader, open_episode
+from pipeline.reader.verify import EpisodeIntegrityError
 
 NS = 1_000_000_000
 PROFILE = "random_access"
@@ -66,7 +67,7 @@ def test_a_damaged_stream_passed_in_stays_open_for_its_owner(episode: Episode) -
     assert not stream.closed
 
 
-def test_a_frame_that_does_not_decode_raises_and_the_next_sample_decodes(
+def test_a_frame_that_does_not_decode_is_refused_at_open_or_raises_and_the_next_sample_decodes(
     episode: Episode, tmp_path: Path
 ) -> None:
     path = episode(PROFILE)[1]
@@ -75,7 +76,9 @@ def test_a_frame_that_does_not_decode_raises_and_the_next_sample_decodes(
         later = reader.start_ns + 2 * NS
         good = reader.sample(later, frames_per_camera=1, cameras=["front"], topics=[])
     damaged = damage_frames(path, tmp_path / "episode.mcap", "front", t_ns)
-    with open_episode(damaged) as reader:
+    with pytest.raises(EpisodeIntegrityError, match=rf"{damaged}: data section CRC is"):
+        open_episode(damaged)  # by default the damage is found before any sample
+    with open_episode(damaged, verify=False) as reader:
         with pytest.raises(av.error.InvalidDataError):
             reader.sample(t_ns, frames_per_camera=1, cameras=["front"], topics=[])
         again = reader.sample(later, frames_per_camera=1, cameras=["front"], topics=[])

@@ -3,6 +3,7 @@ timing, one reader per thread, clip rows refused or skipped, threads stopped on 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import threading
@@ -32,6 +33,7 @@ from pipeline.reader import (
     UnsupportedRowsError,
     open_episode,
 )
+from pipeline.reader.verify import EpisodeIntegrityError
 
 NS = 1_000_000_000
 PROFILE = "random_access"  # short GOPs: a sample decodes few frames, the tests stay fast
@@ -274,9 +276,56 @@ def test_max_open_readers_must_be_positive(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["state chunk", "frames"])
+def test_a_damaged_file_is_refused_before_its_first_sample(
+    damage: str, path: Path, span: tuple[int, int], tmp_path: Path
+) -> None:
+    """Damage that decodes without an error (zeroed frames) or with one (a state chunk) is found by the
+    file's CRCs when it is opened, and the error names the row and the file."""
+    t_ns = span[0] + NS
+    bad = tmp_path / "bad" / "episode.mcap"
+    bad.parent.mkdir()
+    (damage_state_chunk if damage == "state chunk" else lambda p, b: damage_frames(p, b, "front", t_ns))(
+        path, bad
+    )
+    rows = [EpisodeRow(str(path), "good", t_ns, t_ns), EpisodeRow(str(bad), "bad", t_ns, t_ns)]
+    with (
+        SampleLoader(rows, 4, workers=2, prefetch=0, seed=0, frames_per_camera=1) as loader,
+        pytest.raises(SampleReadError) as caught,
+    ):
+        for _ in zip(range(10), loader, strict=False):
+            pass
+    assert (caught.value.row, caught.value.uri) == (1, str(bad))
+    assert isinstance(caught.value.__cause__, EpisodeIntegrityError)
+    assert f"episode {bad}: data section CRC" in str(caught.value)
+
+
+def test_a_row_digest_is_checked_when_the_rows_carry_one(
+    path: Path, span: tuple[int, int], tmp_path: Path
+) -> None:
+    """A manifest row's uri_sha256 is the reference: a file rewritten whole, CRCs and all, is refused."""
+    copy = tmp_path / "copy" / "episode.mcap"
+    copy.parent.mkdir()
+    copy.write_bytes(path.read_bytes())
+    good = hashlib.sha256(copy.read_bytes()).hexdigest()
+    rows = [EpisodeRow(str(copy), "e", uri_sha256=good)]
+    with SampleLoader(rows, 2, workers=1, prefetch=0) as loader:
+        assert len(next(iter(loader))) == 2
+        assert loader.readers_by_thread()  # opened, and checked by sha256
+        (reader,) = next(iter(loader.readers_by_thread().values())).values()
+        assert reader.verified_by == "sha256"
+    other = "0" * 64
+    with (
+        SampleLoader([EpisodeRow(str(copy), "e", uri_sha256=other)], 2, workers=1, prefetch=0) as loader,
+        pytest.raises(SampleReadError, match=f"sha256 is {good}, the catalog records {other}"),
+    ):
+        next(iter(loader))
+
+
+@pytest.mark.parametrize("damage", ["state chunk", "frames"])
 def test_a_sample_that_fails_names_its_row_uri_and_time(
     damage: str, path: Path, span: tuple[int, int], tmp_path: Path
 ) -> None:
+    """Without the check (verify=False), damage found while sampling names the row, uri and time."""
     t_ns = span[0] + NS
     bad = tmp_path / "bad" / "episode.mcap"
     bad.parent.mkdir()
@@ -289,7 +338,7 @@ def test_a_sample_that_fails_names_its_row_uri_and_time(
     # row 1 samples exactly at t_ns: its window is that one instant
     rows = [EpisodeRow(str(path), "good", t_ns, t_ns), EpisodeRow(str(bad), "bad", t_ns, t_ns)]
     with (
-        SampleLoader(rows, 4, workers=2, prefetch=0, seed=0, frames_per_camera=1) as loader,
+        SampleLoader(rows, 4, workers=2, prefetch=0, seed=0, frames_per_camera=1, verify=False) as loader,
         pytest.raises(SampleReadError) as caught,
     ):
         for _ in zip(range(10), loader, strict=False):

@@ -71,6 +71,13 @@ def test_view_shows_quarantine_plot_and_manifest_lineage(
             answer = anonymous.get(f"{airflow.url}/sluice/", max_redirects=0)
             assert answer.status == 303 and "/auth/login" in answer.headers["location"]
             assert world.paths["e4"] not in answer.text()
+            # ...and back to a page of this server, whatever Host the client claims
+            forged = anonymous.get(
+                f"{airflow.url}/sluice/vendor?name=x", headers={"Host": "evil.example"}, max_redirects=0
+            )
+            assert forged.status == 303
+            assert forged.headers["location"].endswith("?next=%2Fsluice%2Fvendor%3Fname%3Dx")
+            assert "evil.example" not in forged.headers["location"]
             anonymous.dispose()
 
             page = browser.new_page(viewport={"width": 1500, "height": 1100})

@@ -10,6 +10,8 @@ from sqlalchemy.engine import Engine
 from synthetic_catalog import SyntheticCatalog
 
 from pipeline.warehouse import QueryError, WarehouseMissingError, open_warehouse, run_query, sync
+from pipeline.warehouse.connection import WarehouseLimits
+from pipeline.warehouse.errors import QueryResourceError, QueryTimeoutError
 
 pytestmark = pytest.mark.integration
 
@@ -105,3 +107,51 @@ def test_a_missing_warehouse_is_named(tmp_path: Path) -> None:
     with pytest.raises(WarehouseMissingError, match="no warehouse at"):
         run_query(tmp_path / "none.duckdb", "SELECT 1")
     assert not (tmp_path / "none.duckdb").exists()
+
+
+# -- bounded queries -----------------------------------------------------------------------------------------
+
+CROSS_JOIN = "SELECT count(*) AS n FROM range(100000000) a, range(100000000) b WHERE a.range + b.range = -1"
+ENDLESS = "WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) SELECT max(n) FROM t"
+
+
+@pytest.mark.parametrize("sql", [CROSS_JOIN, ENDLESS])
+def test_a_query_that_never_ends_is_stopped_at_its_time_limit(synced: Path, sql: str) -> None:
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(QueryTimeoutError, match=r"stopped after 1 s, the time limit"):
+        run_query(synced, sql, limits=WarehouseLimits(timeout_s=1, memory_limit_bytes=256 << 20))
+    assert time.monotonic() - started < 30
+    # the interruption is the query's alone: the next one on a fresh connection runs
+    assert run_query(synced, "SELECT 1 AS one").table.to_pylist() == [{"one": 1}]
+
+
+def test_a_query_gets_a_memory_and_spill_limit_that_sql_cannot_raise(synced: Path) -> None:
+    settings = run_query(
+        synced,
+        "SELECT current_setting('memory_limit') AS memory, current_setting('max_temp_directory_size') AS spill",
+    ).table.to_pylist()
+    assert settings == [{"memory": "2.0 GiB", "spill": "8.0 GiB"}]  # not DuckDB's 80% of RAM
+    sort = (
+        "SELECT x FROM (SELECT hash(range) AS x, repeat('x', 200) AS pad FROM range(5000000)) ORDER BY x, pad"
+    )
+    with pytest.raises(
+        QueryResourceError, match=r"[Oo]ut of [Mm]emory.*67108864 bytes of memory, 0 bytes of spill"
+    ):
+        run_query(synced, sort, limits=WarehouseLimits(memory_limit_bytes=64 << 20, spill_limit_bytes=0))
+
+
+def test_sluice_query_reports_the_time_limit_without_a_traceback(synced: Path) -> None:
+    import subprocess
+    import sys
+
+    sluice = Path(sys.executable).with_name("sluice")
+    done = subprocess.run(
+        [str(sluice), "query", "--warehouse", str(synced), "--timeout-s", "1", ENDLESS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "stopped after 1 s" in done.stderr and "Traceback" not in done.stderr

@@ -30,7 +30,16 @@ from pipeline.catalog.models.outputs import (
     Shard,
 )
 from pipeline.catalog.models.runs import Batch, CheckResult, PipelineRun, StepRun
-from pipeline.catalog.models.sources import Blob, Calibration, Episode, SourceFile, Stream, Vendor
+from pipeline.catalog.models.sources import (
+    Blob,
+    Calibration,
+    Episode,
+    EpisodeStateChange,
+    PassedOverFile,
+    SourceFile,
+    Stream,
+    Vendor,
+)
 from pipeline.enums import ManifestFormat
 
 __all__ = [
@@ -48,8 +57,10 @@ __all__ = [
     "DatasetVersionEpisode",
     "EnumCheck",
     "Episode",
+    "EpisodeStateChange",
     "Manifest",
     "ManifestFormat",
+    "PassedOverFile",
     "PipelineRun",
     "Shard",
     "SourceFile",

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Index,
+    Integer,
     UniqueConstraint,
     column,
     func,
@@ -21,7 +22,7 @@ from sqlalchemy.dialects.postgresql import ExcludeConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from pipeline.catalog.models.base import Base, enum_check, fk_column, id_column, now_column, sha256_check
-from pipeline.enums import FileState, ReasonCode, SourceKind, StreamRole
+from pipeline.enums import FileState, PassOverReason, ReasonCode, SourceKind, StepName, StreamRole
 
 
 class Vendor(Base):
@@ -52,16 +53,43 @@ class Blob(Base):
 
 
 class SourceFile(Base):
-    """A vendor path: an alias of a blob (several paths may name the same content)."""
+    """One content a vendor path held: an alias of a blob (several paths may name the same content).
+
+    ``path`` is the file name's bytes encoded injectively as text (:func:`pipeline.steps.ingest.
+    catalog_path`); ``version`` counts the different contents seen under it (1 = the first). A row never
+    changes but for ``source_state``: what the file looked like when its content was last hashed, which
+    tells a later run that it need not hash it again.
+    """
 
     __tablename__ = "source_files"
-    __table_args__ = (UniqueConstraint("vendor_id", "path"),)
+    __table_args__ = (
+        UniqueConstraint("vendor_id", "path", "version"),
+        UniqueConstraint("vendor_id", "path", "blob_id"),
+        CheckConstraint("version >= 1", name="version_positive"),
+    )
 
     id: Mapped[int] = id_column()
     vendor_id: Mapped[int] = fk_column("vendors.id")
     path: Mapped[str]
+    version: Mapped[int] = mapped_column(Integer, server_default="1")
     blob_id: Mapped[int] = fk_column("blobs.id", index=True)
+    source_state: Mapped[dict[str, Any] | None]
     first_seen_at: Mapped[datetime] = now_column()
+
+
+class PassedOverFile(Base):
+    """A file under a vendor root that was not taken (a link out, a hard link, a FIFO), and why."""
+
+    __tablename__ = "passed_over_files"
+    __table_args__ = (UniqueConstraint("vendor_id", "path"), enum_check("why", PassOverReason))
+
+    id: Mapped[int] = id_column()
+    vendor_id: Mapped[int] = fk_column("vendors.id")
+    path: Mapped[str]
+    why: Mapped[str]
+    detail: Mapped[str]
+    first_seen_at: Mapped[datetime] = now_column()
+    last_seen_at: Mapped[datetime] = now_column()
 
 
 class Calibration(Base):
@@ -132,6 +160,31 @@ class Episode(Base):
     duplicate_of_id: Mapped[int | None] = fk_column("episodes.id", nullable=True, index=True)
     created_at: Mapped[datetime] = now_column()
     updated_at: Mapped[datetime] = now_column()
+
+
+class EpisodeStateChange(Base):
+    """Append-only history of episode states: one row per change, written by ``sluice_set_episode_state``
+    (the only way the ingest role can change a state); nobody but the catalog's owner may alter a row."""
+
+    __tablename__ = "episode_state_changes"
+    __table_args__ = (
+        enum_check("from_state", FileState),
+        enum_check("to_state", FileState),
+        enum_check("reasons", ReasonCode, "array"),
+        enum_check("step", StepName),
+    )
+
+    id: Mapped[int] = id_column()
+    episode_id: Mapped[int] = fk_column("episodes.id", index=True)
+    from_state: Mapped[str]
+    to_state: Mapped[str]
+    reasons: Mapped[list[str]]
+    detail: Mapped[str | None]
+    duplicate_of_id: Mapped[int | None] = fk_column("episodes.id", nullable=True)
+    step: Mapped[str | None]
+    config_hash: Mapped[str | None]
+    changed_by: Mapped[str]
+    changed_at: Mapped[datetime] = now_column()
 
 
 class Stream(Base):
