@@ -181,12 +181,14 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
         source = tmp / "source.mcap"
         make_source_episode(source, p["seconds"], p["width"], p["height"], crf=p["source_crf"])
         episode = read_source(source, config.contract, config.truth)
-        raws = [_decode_to_raw(c.units, tmp / f"{c.name}.yuv", c.rate) for c in episode.cameras]
+        raws = [
+            _decode_to_raw([p.data for p in c.frames], tmp / f"{c.name}.yuv", c.rate) for c in episode.cameras
+        ]
         frames = sum(r.frames for r in raws)
-        source_bits = 8 * sum(len(u) for c in episode.cameras for u in c.units)
+        source_bits = 8 * sum(len(u) for c in episode.cameras for u in (p.data for p in c.frames))
         ctx = multiprocessing.get_context("spawn")
         encode_jobs = [(r, enc) for r in raws]
-        decode_jobs = [(list(c.units), c.rate, enc) for c in episode.cameras]
+        decode_jobs = [([p.data for p in c.frames], c.rate, enc) for c in episode.cameras]
         result: Any = None  # our last TranscodeResult
         wall: dict[str, list[float]] = {name: [] for name in CONTENDERS}
         cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}
