@@ -64,7 +64,7 @@ class _AllTopics(Mapping[str, Any]):
     def __getitem__(self, topic: str) -> Any:
         return self._factory
 
-    def get(self, topic: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, topic: str, default: Any = None) -> Any:
         return self._factory
 
     def __iter__(self) -> Iterator[str]:

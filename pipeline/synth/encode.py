@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import Literal, cast
 
 import av
 import numpy as np
+from av.video.codeccontext import VideoCodecContext
 
 from pipeline.media.x264 import X264_THREADS, deterministic_params
 
@@ -125,7 +126,7 @@ class StillEncoder:
         if fmt not in ("jpeg", "png"):
             raise ValueError(f"still image format {fmt!r}; allowed: jpeg, png")
         codec, self._pix_fmt = ("mjpeg", "yuvj420p") if fmt == "jpeg" else ("png", "rgb24")
-        ctx = av.CodecContext.create(codec, "w")
+        ctx = cast(VideoCodecContext, av.CodecContext.create(codec, "w"))
         ctx.width = width
         ctx.height = height
         ctx.pix_fmt = self._pix_fmt

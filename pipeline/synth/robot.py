@@ -16,6 +16,7 @@ channel with a made-up encoding, a corrupt picture, joints renamed mid-episode) 
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import logging
@@ -422,8 +423,12 @@ def _robot_streams(
         ),
     }
     for topic, (stream, make) in makers.items():
-        writers[topic] = lambda cid, stream=stream, make=make: _messages(cid, stream, make)
+        writers[topic] = functools.partial(_bound_messages, stream, make)
     return _Robot(streams, writers)
+
+
+def _bound_messages(stream: Stream, make: Callable[[int], bytes], channel_id: int) -> Iterator[_Message]:
+    return _messages(channel_id, stream, make)
 
 
 #: The CDR schema of each state and action topic of the ROS flavors.

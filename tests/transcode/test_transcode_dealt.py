@@ -12,8 +12,8 @@ from transcode_helpers import config_for
 
 from pipeline.config import TrainingProfile
 from pipeline.enums import ReasonCode
-from pipeline.transcode import TranscodeInputError
 from pipeline.families import CameraFrames, FrameKind, FramePayload
+from pipeline.transcode import TranscodeInputError
 from pipeline.transcode.cameras import CameraJob, deal, encode_camera, encode_cameras, run_concurrently
 from pipeline.transcode.profiles import EncoderSettings
 from pipeline.transcode.source import read_source
