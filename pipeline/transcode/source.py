@@ -242,15 +242,17 @@ class _Reader:
                 self._camera(schema, channel, message)
             else:
                 self._other(schema, channel, message)
-        missing = [t for t, c in self.cameras.items() if not c.stamps] + [
-            t for t, (s, _) in self.series_data.items() if not s
+        # a topic the contract does not require may be absent: the episode is transcoded without it
+        required = {spec.topic for spec in self.contract.all_topics() if spec.required}
+        missing = [t for t, c in self.cameras.items() if not c.stamps and t in required] + [
+            t for t, (s, _) in self.series_data.items() if not s and t in required
         ]
         if missing:
             raise TranscodeInputError(
                 ReasonCode.MISSING_REQUIRED_TOPIC, f"no messages on {', '.join(missing)}"
             )
         return SourceEpisode(
-            cameras=[c.camera() for c in self.cameras.values()],
+            cameras=[c.camera() for c in self.cameras.values() if c.stamps],
             state=self._series(self.contract.state),
             actions=self._series(self.contract.actions),
             native=self.native,
@@ -295,6 +297,8 @@ class _Reader:
         out = []
         for spec in specs:
             stamps, records = self.series_data[spec.topic]
+            if not stamps:
+                continue  # an optional stream the episode does not have
             # the stamp field is replaced by the grid time only where it is a field of the record
             field_name = spec.stamp_field if records and spec.stamp_field in records[0] else None
             out.append(Series(spec.topic, np.asarray(stamps, dtype=np.int64), records, field_name))
