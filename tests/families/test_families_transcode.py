@@ -76,7 +76,7 @@ def _resampled(out: Path) -> dict[str, tuple[dict[str, str], list[dict]]]:
     with open(out, "rb") as fh:
         for _, channel, message in make_reader(fh).iter_messages(log_time_order=True):
             if channel.topic.endswith("/resampled"):
-                meta, records = found.setdefault(channel.topic, (dict(channel.metadata), []))
+                _, records = found.setdefault(channel.topic, (dict(channel.metadata), []))
                 record = json.loads(message.data)
                 time = record[RESAMPLED_TIME_KEY]
                 assert time["sec"] * 1_000_000_000 + time["nsec"] == message.log_time
