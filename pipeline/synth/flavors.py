@@ -17,7 +17,7 @@ Every picture carries the frame index drawn into its pixels, as in the default f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -101,6 +101,20 @@ def flavor(name: str) -> Flavor:
     if name not in FLAVORS:
         raise UnknownChoiceError("robot log flavor", name, FLAVORS)
     return FLAVORS[name]
+
+
+def matching_flavor(cameras: Sequence[Any]) -> str:
+    """The flavor whose cameras a vendor contract describes (topics, schema names, formats), so that the
+    demo can make each example vendor a drop it accepts; ``default`` when none matches."""
+    for shape in FLAVORS.values():
+        if cameras and all(
+            c.topic == shape.camera_topic(c.name)
+            and (not c.schema_names or shape.camera_schema() in c.schema_names)
+            and (shape.camera == "raw" or shape.format in c.formats)
+            for c in cameras
+        ):
+            return shape.name
+    return "default"
 
 
 # -- the extra streams of the non-default flavors ------------------------------------------------------------
