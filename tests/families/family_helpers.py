@@ -141,3 +141,73 @@ def flavor_contract(name: str, *, pixel_encodings: tuple[str, ...] = ()) -> dict
 
 def contract(name: str, **kwargs: Any) -> TopicContract:
     return TopicContract.model_validate(flavor_contract(name, **kwargs))
+
+
+# -- several families in one vendor (the scheduled runs) -------------------------------------------------------
+
+#: A camera entry's topic suffix -> the flavors that write it (JPEG and PNG share image_transport's topic).
+_CAMERA_KEY = {
+    "video": lambda shape: shape.format,
+    "image": lambda shape: "image",
+    "raw": lambda shape: "raw",
+}
+
+
+def write_family_drop(root: Path, names: tuple[str, ...], *, seconds: float = 1.2) -> dict[str, str]:
+    """One episode per flavor under ``root`` (each a robot of its own, with bytes of its own), and the
+    calibration sidecar covering them; returns flavor -> the episode's path relative to ``root``."""
+    import json
+
+    from pipeline.synth import layout
+
+    out: dict[str, str] = {}
+    calibrations = []
+    for k, name in enumerate(names):
+        robot = f"fam{k + 1:02d}"
+        calibration = make_calibration(k, k, robot, 0, WIDTH, HEIGHT).with_window(
+            START_NS - 60_000_000_000, START_NS + 3_600_000_000_000
+        )
+        calibrations.append(calibration.to_json())
+        spec = EpisodeSpec(
+            robot, f"{robot}-s000", f"{robot}-s000-e000", "fold the towel", "op-chen",
+            START_NS + k * 10_000_000_000, seconds, 100 + k, calibration,
+        )  # fmt: skip
+        media = EpisodeMedia(width=WIDTH, height=HEIGHT, flavor=name)
+        write_episode(root / spec.relpath, spec, media)
+        out[name] = spec.relpath
+    (root / layout.CALIBRATIONS_FILE).write_text(json.dumps(calibrations, indent=2) + "\n")
+    return out
+
+
+def family_camera_name(name: str, camera: str) -> str:
+    """The contract's name of a flavor's camera in a vendor that mixes flavors."""
+    shape = flavor(name)
+    return f"{camera}_{_CAMERA_KEY[shape.camera](shape)}"
+
+
+def mixed_contract(names: tuple[str, ...]) -> dict[str, Any]:
+    """A ``topics`` section accepting episodes of every flavor in ``names`` (one envelope: all ROS 2 or all
+    protobuf/JSON): each flavor's cameras and series, optional since an episode carries one flavor's."""
+    cameras: dict[str, dict[str, Any]] = {}
+    state: dict[str, dict[str, Any]] = {}
+    actions: dict[str, dict[str, Any]] = {}
+    for name in names:
+        topics = flavor_contract(name)
+        for entry, camera in zip(topics["cameras"], CAMERAS, strict=True):
+            key = family_camera_name(name, camera)
+            merged = cameras.setdefault(key, {**entry, "name": key, "required": False, "formats": []})
+            merged["formats"] = sorted({*merged.get("formats", []), *entry.get("formats", [])})
+            if not merged["formats"]:
+                del merged["formats"]
+        for section, into in (("state", state), ("actions", actions)):
+            for entry in topics[section]:
+                into.setdefault(entry["topic"], {**entry, "required": False})
+    ros2 = {flavor(n).ros2 for n in names}
+    assert len(ros2) == 1, "one vendor, one envelope"
+    return {
+        "cameras": list(cameras.values()),
+        "state": list(state.values()),
+        "actions": list(actions.values()),
+        "message_encodings": ["cdr"] if ros2 == {True} else ["json", "protobuf"],
+        "schema_encodings": ["ros2msg"] if ros2 == {True} else ["jsonschema", "protobuf"],
+    }
