@@ -22,7 +22,7 @@ import numpy as np
 
 from pipeline.enums import ReasonCode
 from pipeline.families.errors import MessageFamilyError
-from pipeline.families.structure import image_problem, sniff_image
+from pipeline.families.structure import check_image, sniff_image
 from pipeline.families.table import (
     IMAGE_DECODERS,
     PIXEL_ENCODINGS,
@@ -201,15 +201,7 @@ class FrameDecoder:
                     frame=index,
                     offset=0,
                 )
-            problem = image_problem(self.format, payload.data)
-            if problem is not None:
-                offset, why = problem
-                raise MessageFamilyError(
-                    ReasonCode.DECODE_ERROR,
-                    f"{self.what}: frame {index}: {self.format} {why}",
-                    frame=index,
-                    offset=offset,
-                )
+            check_image(self.what, index, self.format, payload.data)
         packet = av.Packet(payload.data)
         packet.pts = index
         if self.format == "png":

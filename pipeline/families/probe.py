@@ -26,7 +26,7 @@ from pipeline.enums import ReasonCode
 from pipeline.families.errors import MessageFamilyError
 from pipeline.families.frames import FrameDecoder, read_payload
 from pipeline.families.series import SeriesReader
-from pipeline.families.structure import image_problem, image_size
+from pipeline.families.structure import check_image, image_size
 from pipeline.families.table import FrameKind, camera_family
 from pipeline.mcaplog.decode import decoder_for
 from pipeline.mcaplog.exceptions import DecodeError
@@ -125,15 +125,7 @@ class CameraProbe(_Probe):
                         self.decoded += 1
                 return
             # still image: the structure of every one, a full decode of a sample
-            problem = image_problem(payload.format, payload.data)
-            if problem is not None:
-                offset, why = problem
-                raise MessageFamilyError(
-                    ReasonCode.DECODE_ERROR,
-                    f"{self.topic}: frame {index}: {payload.format} {why}",
-                    frame=index,
-                    offset=offset,
-                )
+            check_image(self.topic, index, payload.format, payload.data)
             if index % self._decode_every == 0:
                 for frame in self._decoder.decode(index, payload):
                     self.sizes.setdefault((frame.width, frame.height))

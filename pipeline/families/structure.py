@@ -16,6 +16,8 @@ import re
 import struct
 import zlib
 
+from pipeline.enums import ReasonCode
+from pipeline.families.errors import MessageFamilyError
 from pipeline.families.table import IMAGE_MAGIC
 
 # A marker inside entropy-coded data: 0xFF followed by neither a stuffed zero nor a restart marker.
@@ -105,6 +107,17 @@ def image_problem(fmt: str, data: bytes) -> tuple[int, str] | None:
     if fmt == "png":
         return png_problem(data)
     return None
+
+
+def check_image(what: str, index: int, fmt: str, data: bytes) -> None:
+    """Raise a ``decode_error`` :class:`MessageFamilyError` naming frame ``index`` of ``what`` (a topic or
+    camera) and the byte offset when :func:`image_problem` finds the still image not whole."""
+    problem = image_problem(fmt, data)
+    if problem is not None:
+        offset, why = problem
+        raise MessageFamilyError(
+            ReasonCode.DECODE_ERROR, f"{what}: frame {index}: {fmt} {why}", frame=index, offset=offset
+        )
 
 
 def image_size(fmt: str, data: bytes) -> tuple[int, int] | None:
