@@ -13,7 +13,7 @@ SLUICE := $(VENV)/bin/sluice
 export SLUICE_HOME ?= $(CURDIR)/.sluice
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-tools demo test test-lerobot lint typecheck fmt clean bench
+.PHONY: help setup system-tools foxglove-reader demo test test-lerobot lint typecheck fmt clean bench
 
 help:
 	@echo "make demo       run the main job end to end (starts and stops its own Postgres)"
@@ -40,10 +40,22 @@ system-tools:
 			|| echo "could not install$$missing; the tests that need them will skip"; \
 	fi
 
+# Foxglove's own MCAP reader and schemas (npm: @mcap/core, @mcap/support, @foxglove/schemas), pinned in
+# tests/foxglove/package-lock.json, for the test that opens our episodes as Foxglove does. Installed once
+# with `npm ci` (a stamp keeps later runs offline); a failed install fails `make test` rather than letting
+# the test skip; only a machine without npm skips it.
+FOXGLOVE_DIR := tests/foxglove
+$(FOXGLOVE_DIR)/node_modules/.installed: $(FOXGLOVE_DIR)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		(cd $(FOXGLOVE_DIR) && npm ci --no-audit --no-fund --loglevel=error) && touch $@; \
+	else echo "npm is not on PATH: tests/foxglove will skip"; fi
+
+foxglove-reader: $(FOXGLOVE_DIR)/node_modules/.installed
+
 demo: setup
 	$(SLUICE) demo
 
-test: setup system-tools
+test: setup system-tools foxglove-reader
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The LeRobot round trip needs lerobot and torch: never in the project's venv, so a venv of their own.

@@ -210,7 +210,7 @@ REASON_DESCRIPTIONS: dict[ReasonCode, str] = {
     ReasonCode.UNSUPPORTED_ENCODING: "A channel's message encoding (or a video codec) is not allowed by the vendor contract.",
     ReasonCode.MISSING_REQUIRED_TOPIC: "A topic the contract marks required is absent.",
     ReasonCode.NO_MESSAGES: "The log holds no messages although the contract requires topics.",
-    ReasonCode.SCHEMA_DRIFT: "A topic's schema differs from the vendor's earlier accepted episodes.",
+    ReasonCode.SCHEMA_DRIFT: "A topic's schema differs from the vendor's earlier accepted episodes (a flag), or a stream's entry names (JointState.name) change mid-episode (quarantined).",
     ReasonCode.NO_CALIBRATION: "No calibration's validity window covers the episode.",
     ReasonCode.MISSING_METADATA: "Robot or session id is missing from the episode metadata.",
     ReasonCode.NON_MONOTONIC_TIME: "Log times go backwards on a topic more often than the timestamp policy allows.",

@@ -116,7 +116,6 @@ class _Encodes:
     def __init__(self, source: Path, tmp: Path, pool: Any) -> None:
         from pipeline.bench.read import robot_config
         from pipeline.config import TrainingProfile
-        from pipeline.transcode.cameras import decode_units
         from pipeline.transcode.source import read_source
 
         self.source, self.tmp, self.pool = source, tmp, pool
@@ -125,7 +124,7 @@ class _Encodes:
         self.names = [c.name for c in episode.cameras]
         self.rate = episode.cameras[0].rate
         self.yuv = {
-            c.name: [f.to_ndarray() for f in decode_units(c.units, what=c.name)] for c in episode.cameras
+            c.name: [f.to_ndarray() for f in c.frames.decode(what=c.name)] for c in episode.cameras
         }
         self.frames = min(len(v) for v in self.yuv.values())
         self.reference = {name: _rgb(self.yuv[name][::PSNR_FRAME_STRIDE]) for name in self.names}

@@ -1,23 +1,31 @@
 """``sluice bench transcode``: our robot-log transcode against bare PyAV loops doing the codec work alone.
 
-One synthetic episode (three 720p cameras, logged as a robot logs them: ultrafast, zerolatency, CRF 23,
-GOP 30) is transcoded end to end by :func:`pipeline.transcode.transcode_episode` (read the MCAP, decode,
-encode per profile, resample, write topic groups, read back, publish) with a pool of ``workers`` encoder
-processes. In the same interleaved rounds (order rotated each round, medians reported), with a pool of the
-same size and the same libx264 settings:
+One synthetic episode (three 720p cameras) is transcoded end to end by
+:func:`pipeline.transcode.transcode_episode` (read the MCAP, decode, encode per profile, resample, write
+topic groups, read back, publish) with a pool of ``workers`` encoder processes. ``--source`` picks what its
+cameras carry: ``h264`` (the default: ``foxglove.CompressedVideo`` as a robot logs it, ultrafast,
+zerolatency, CRF 23, GOP 30), ``jpeg`` or ``png`` (a ROS 2 bag's ``sensor_msgs/msg/CompressedImage`` in CDR,
+JPEG at about libjpeg quality 90, with a contract proposed by ``sluice vendor init`` from the episode). In
+the same interleaved rounds (order rotated each round, medians reported), with a pool of the same size and
+the same libx264 settings:
 
 * ``encode_per_camera`` and ``encode_dealt``: BENCHMARKS.md's reference, a bare encode of the same frames
   decoded beforehand to raw yuv420p outside the timing, one task per camera (three cameras on two
   processes: the last one encodes alone) or with the cameras dealt over the processes and encoded at once
   in threads, as ours does. ``transcode_ratio`` (the headline) = the faster of the two / ours, so ours
   gains nothing from scheduling the reference does not get; both ratios are reported beside.
-* ``decode_encode_dealt``: a bare PyAV loop that decodes each camera's access units and encodes the frames
+* ``decode_encode_dealt``: a bare PyAV loop that decodes each camera's access units or pictures (taken out
+  of their messages beforehand), converts them to the encoder's limited-range yuv420p and encodes them
   (``transcode_ratio_vs_decode_encode``: same input, same output, so it is what our pipeline costs over the
-  codec work it cannot avoid).
+  codec work it cannot avoid: the headline).
 * ``ours_per_camera``: ours with one task per camera, the arrangement before cameras were dealt.
 
 CPU seconds of every process involved are added up beside (``cpu_ratio``, ``cpu_ms_per_frame``): on a busy
 shared machine they say more than wall time.
+
+Beside the speed: ``payload_ratio_vs_source`` (our camera bytes / the source's; ``payload_ratio_vs_jpeg``
+with ``--source jpeg``) and the luma PSNR of every output frame against the source picture as decoded
+(``psnr_vs_source_db``, ``psnr_vs_jpeg_db``).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import multiprocessing
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -36,18 +45,23 @@ from typing import Any
 
 import av
 import numpy as np
+from av.video.reformatter import ColorRange, Colorspace
 
-from pipeline.bench.read import make_source_episode, robot_config
+from pipeline.bench.read import START_NS, make_source_episode, robot_config
 from pipeline.config import TrainingProfile
 from pipeline.errors import UnknownChoiceError
 from pipeline.settings import Settings
-from pipeline.transcode import EncoderSettings, Provenance, transcode_episode
-from pipeline.transcode.cameras import deal, decode_units, make_encoder, run_concurrently
-from pipeline.transcode.source import read_source
+from pipeline.transcode import EncoderSettings, Provenance, RobotTranscodeConfig, transcode_episode
+from pipeline.transcode.cameras import deal, make_encoder, run_concurrently
+from pipeline.transcode.source import SourceCamera, read_source
 
 log = logging.getLogger(__name__)
 
 CONTENDERS = ("ours", "ours_per_camera", "encode_per_camera", "encode_dealt", "decode_encode_dealt")
+#: What the source episode's cameras carry -> the synthetic flavor that writes it.
+SOURCES: dict[str, str] = {"h264": "default", "jpeg": "ros2-jpeg", "png": "ros2-png"}
+#: Source payload format -> the FFmpeg decoder of the bare loop.
+BARE_DECODERS: dict[str, str] = {"h264": "h264", "jpeg": "mjpeg", "png": "png"}
 
 #: seconds of log, frame size, encoder processes (2 = the cores of the reference machine), repeats.
 SIZES: dict[str, dict[str, Any]] = {
@@ -88,23 +102,40 @@ def _bare_encode(raw: _RawCamera, settings: EncoderSettings) -> int:
     return size
 
 
-def _bare_decode_encode(job: tuple[list[bytes], Fraction, EncoderSettings]) -> int:
-    """The second reference: decode the access units and encode the frames, nothing else."""
-    units, rate, settings = job
-    decoder = av.CodecContext.create("h264", "r")
+def _bare_decoder(fmt: str) -> Any:
+    decoder = av.CodecContext.create(BARE_DECODERS[fmt], "r")
     decoder.thread_count = 1
+    return decoder
+
+
+def _bare_frames(fmt: str, payloads: list[bytes]) -> Iterator[av.VideoFrame]:
+    """The pictures of a camera as the encoder takes them (limited-range yuv420p), nothing else done:
+    no structure check, no strict decode, no prefetch thread."""
+    decoder = _bare_decoder(fmt)
+    for data in [*payloads, None]:
+        if data is None and fmt != "h264":
+            break
+        if fmt == "png":  # FFmpeg's PNG decoder damages a second picture through one context
+            decoder = _bare_decoder(fmt)
+        for frame in decoder.decode(av.Packet(data) if data is not None else None):
+            if frame.format.name != "yuv420p" or frame.color_range == ColorRange.JPEG:
+                frame = frame.reformat(
+                    format="yuv420p", dst_colorspace=Colorspace.ITU601, dst_color_range=ColorRange.MPEG
+                )
+            yield frame
+
+
+def _bare_decode_encode(job: tuple[str, list[bytes], Fraction, EncoderSettings]) -> int:
+    """The second reference: decode the source pictures and encode the frames, nothing else."""
+    fmt, payloads, rate, settings = job
     encoder = None
     size = 0
-    count = 0
-    for data in [*units, None]:
-        frames = decoder.decode(av.Packet(data) if data is not None else None)
-        for frame in frames:
-            if encoder is None:
-                encoder = make_encoder(frame.width, frame.height, rate, settings)
-            frame.pts = count
-            frame.pict_type = av.video.frame.PictureType.NONE
-            count += 1
-            size += sum(p.size for p in encoder.encode(frame))
+    for count, frame in enumerate(_bare_frames(fmt, payloads)):
+        if encoder is None:
+            encoder = make_encoder(frame.width, frame.height, rate, settings)
+        frame.pts = count
+        frame.pict_type = av.video.frame.PictureType.NONE
+        size += sum(p.size for p in encoder.encode(frame))
     assert encoder is not None
     size += sum(p.size for p in encoder.encode(None))
     return size
@@ -115,7 +146,7 @@ def _encode_hand(hand: list[tuple[_RawCamera, EncoderSettings]]) -> int:
     return sum(run_concurrently(lambda job: _bare_encode(*job), hand))
 
 
-def _decode_encode_hand(hand: list[tuple[list[bytes], Fraction, EncoderSettings]]) -> int:
+def _decode_encode_hand(hand: list[tuple[str, list[bytes], Fraction, EncoderSettings]]) -> int:
     return sum(run_concurrently(_bare_decode_encode, hand))
 
 
@@ -158,35 +189,96 @@ def _noop_one(_: int) -> None:
     return None
 
 
-def _decode_to_raw(units: list[bytes], path: Path, rate: Fraction) -> _RawCamera:
+def _decode_to_raw(camera: SourceCamera, path: Path) -> _RawCamera:
+    """The camera's pictures decoded (as the bare loop decodes them) into a yuv420p file."""
     width = height = frames = 0
     with open(path, "wb") as fh:
-        for frame in decode_units(units, what=path.name):
+        for frame in _bare_frames(camera.frames.format, _payloads(camera)):
             width, height = frame.width, frame.height
             fh.write(frame.to_ndarray(format="yuv420p").tobytes())
             frames += 1
-    return _RawCamera(str(path), width, height, frames, rate)
+    return _RawCamera(str(path), width, height, frames, camera.rate)
 
 
-def run(size: str, settings: Settings) -> dict[str, Any]:
-    """Run the benchmark (``size``: default, small, large or tiny)."""
+def _payloads(camera: SourceCamera) -> list[bytes]:
+    return [p.data for p in camera.frames]
+
+
+def _source_episode(path: Path, source: str, p: dict[str, Any]) -> RobotTranscodeConfig:
+    """Write the source episode at ``path``; the transcode config that reads it (the VLA profile)."""
+    config = robot_config(TrainingProfile.VLA)
+    if source == "h264":
+        make_source_episode(path, p["seconds"], p["width"], p["height"], crf=p["source_crf"])
+        return config
+    from pipeline.config import load_vendor
+    from pipeline.config.propose import write_proposal
+    from pipeline.synth.calibration import make_calibration
+    from pipeline.synth.robot import EpisodeMedia, EpisodeSpec, write_episode
+
+    calibration = make_calibration(0, 0, "rb01", 0, p["width"], p["height"])
+    spec = EpisodeSpec(
+        "rb01", "rb01-bench", "rb01-bench-e000", "bench", "op", START_NS, p["seconds"], 0, calibration
+    )
+    write_episode(path, spec, EpisodeMedia(width=p["width"], height=p["height"], flavor=SOURCES[source]))
+    # the contract as a ROS 2 vendor gets it: proposed by `sluice vendor init` from the episode itself
+    proposal = path.with_name("bench.yaml")
+    write_proposal("bench", path, str(path.parent), proposal)
+    vendor = load_vendor(proposal)
+    assert vendor.topics is not None
+    return RobotTranscodeConfig(config.options, vendor.topics, vendor.timestamps.truth)
+
+
+def _psnr_vs_source(out: Path, raws: dict[str, _RawCamera], topics: dict[str, str]) -> dict[str, float]:
+    """Mean luma PSNR of every output frame against the source picture it came from, per camera."""
+    from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
+    from mcap.reader import make_reader
+
+    from pipeline.transcode.postgate import luma, psnr_db
+
+    found: dict[str, float] = {}
+    with open(out, "rb") as fh:
+        reader = make_reader(fh)
+        for name, raw in raws.items():
+            source = np.memmap(
+                raw.path, dtype=np.uint8, mode="r", shape=(raw.frames, raw.height * 3 // 2, raw.width)
+            )
+            decoder = av.CodecContext.create("h264", "r")
+            values: list[float] = []
+            units = (
+                CompressedVideo.FromString(m.data).data
+                for _, _, m in reader.iter_messages(topics=[topics[name]], log_time_order=False)
+            )
+            for data in [*units, None]:
+                for frame in decoder.decode(av.Packet(data) if data is not None else None):
+                    values.append(psnr_db(luma(frame), np.asarray(source[len(values), : raw.height])))
+            if len(values) != raw.frames:
+                raise AssertionError(
+                    f"camera {name}: {len(values)} output frames for {raw.frames} source frames"
+                )
+            found[name] = round(float(np.mean(values)), 3)
+    return found
+
+
+def run(size: str, settings: Settings, source: str = "h264") -> dict[str, Any]:
+    """Run the benchmark (``size``: default, small, large or tiny; ``source``: h264, jpeg or png)."""
     if size not in SIZES:
         raise UnknownChoiceError("size", size, SIZES)
+    if source not in SOURCES:
+        raise UnknownChoiceError("transcode bench source", source, SOURCES)
     p = SIZES[size]
     workers = p["workers"]
-    config = robot_config(TrainingProfile.VLA)
-    enc = EncoderSettings.from_options(config.options)
     with tempfile.TemporaryDirectory(prefix="sluice-bench-transcode-") as tmp_text:
         tmp = Path(tmp_text)
-        source = tmp / "source.mcap"
-        make_source_episode(source, p["seconds"], p["width"], p["height"], crf=p["source_crf"])
-        episode = read_source(source, config.contract, config.truth)
-        raws = [_decode_to_raw(c.units, tmp / f"{c.name}.yuv", c.rate) for c in episode.cameras]
+        source_path = tmp / "source.mcap"
+        config = _source_episode(source_path, source, p)
+        enc = EncoderSettings.from_options(config.options)
+        episode = read_source(source_path, config.contract, config.truth)
+        raws = [_decode_to_raw(c, tmp / f"{c.name}.yuv") for c in episode.cameras]
         frames = sum(r.frames for r in raws)
-        source_bits = 8 * sum(len(u) for c in episode.cameras for u in c.units)
+        source_bytes = sum(len(u) for c in episode.cameras for u in _payloads(c))
         ctx = multiprocessing.get_context("spawn")
         encode_jobs = [(r, enc) for r in raws]
-        decode_jobs = [(list(c.units), c.rate, enc) for c in episode.cameras]
+        decode_jobs = [(c.frames.format, _payloads(c), c.rate, enc) for c in episode.cameras]
         result: Any = None  # our last TranscodeResult
         wall: dict[str, list[float]] = {name: [] for name in CONTENDERS}
         cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}
@@ -207,7 +299,7 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
             def ours(ex: Executor, k: int, tasks: int) -> int:
                 nonlocal result
                 result = transcode_episode(
-                    source,
+                    source_path,
                     tmp / f"out{k}" / "episode.mcap",
                     config,
                     Provenance("0" * 64, "bench", "bench"),
@@ -238,6 +330,12 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
                     value = timed(name, lambda ex, name=name, k=k: runs[name](ex, k))
                     if name == "encode_dealt":
                         ref_bytes = value
+            last_out = tmp / f"out{p['repeats'] - 1}" / "episode.mcap"
+            psnr = _psnr_vs_source(
+                last_out,
+                {r.name: raw for r, raw in zip(episode.cameras, raws, strict=True)},
+                {c.name: c.topic for c in episode.cameras},
+            )
     # medians of the interleaved rounds: robust to a run disturbed by other work on the machine
     med = {name: float(np.median(values)) for name, values in wall.items()}
     med_cpu = {name: float(np.median(values)) for name, values in cpu.items()}
@@ -271,16 +369,30 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
         "profile": enc.describe(),
         "frame_size": f"{p['width']}x{p['height']}",
         "episode_seconds": p["seconds"],
+        "payload_ratio_vs_source": round(out_bytes / source_bytes, 4),
+        f"payload_ratio_vs_{source}": round(out_bytes / source_bytes, 4),
+        "psnr_vs_source_db": round(float(np.mean(list(psnr.values()))), 3),
+        f"psnr_vs_{source}_db": round(float(np.mean(list(psnr.values()))), 3),
+        "psnr_vs_source_db_per_camera": psnr,
         "source": {
-            "x264": f"ultrafast, zerolatency, crf {p['source_crf']}, GOP 30",
-            "mbit_per_s_per_camera": round(source_bits / p["seconds"] / len(raws) / 1e6, 3),
-            "mb_per_60_s": round(source_bits / 8 / p["seconds"] * 60 / 1e6, 1),
+            "format": source,
+            "messages": episode.cameras[0].family,
+            "encoder": (
+                f"x264 ultrafast, zerolatency, crf {p['source_crf']}, GOP 30"
+                if source == "h264"
+                else "FFmpeg mjpeg, qscale 3 (about libjpeg quality 90)"
+                if source == "jpeg"
+                else "FFmpeg png, rgb24"
+            ),
+            "bytes": source_bytes,
+            "mbit_per_s_per_camera": round(8 * source_bytes / p["seconds"] / len(raws) / 1e6, 3),
+            "mb_per_60_s": round(source_bytes / p["seconds"] * 60 / 1e6, 1),
         },
         "ours_video_bytes": out_bytes,
         "reference_video_bytes": ref_bytes,
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "note": "transcode_ratio: the faster arrangement of a bare encode of frames decoded beforehand, "
-        "outside the timing (BENCHMARKS.md), over ours; _vs_decode_encode: a bare PyAV loop that decodes "
-        "the same access units and encodes, as ours must; ours decodes, encodes, resamples, writes, "
+        "outside the timing (BENCHMARKS.md), over ours; _vs_decode_encode (the target): a bare PyAV loop "
+        "that decodes the same access units or pictures and encodes, as ours must; ours decodes, encodes, resamples, writes, "
         "verifies, publishes; ours_per_camera: ours with one task per camera (the layout before)",
     }

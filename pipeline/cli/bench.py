@@ -26,6 +26,9 @@ def command(
     size: str = typer.Option(
         "default", "--size", help="Scale: 'default' (minutes on 2 cores) or bench-specific."
     ),
+    source: str = typer.Option(
+        None, "--source", help="transcode only: what the source cameras carry (h264, jpeg, png)."
+    ),
 ) -> None:
     """Run a benchmark against its reference in the same run and write the results as JSON."""
     if name not in BENCHMARKS:
@@ -38,8 +41,13 @@ def command(
         if exc.name == f"pipeline.bench.{name}":
             raise typer.BadParameter(f"benchmark {name!r} is not implemented yet") from None
         raise
+    options = {}
+    if source is not None:
+        if name != "transcode":
+            raise typer.BadParameter(f"--source is an option of the transcode bench, not of {name}")
+        options["source"] = source
     started = time.time()
-    results = module.run(size=size, settings=load_settings())
+    results = module.run(size=size, settings=load_settings(), **options)
     results.setdefault("bench", name)
     results.setdefault("size", size)
     results.setdefault(

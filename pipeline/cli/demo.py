@@ -7,7 +7,7 @@
    metadata DB as a database of its own beside it, and the local Airflow's services (API server, scheduler
    with the LocalExecutor, DAG processor, triggerer) with the vendors' pools;
 4. trigger each vendor's DAG from ``dags/`` once through the REST API, as ``sluice run`` and the trigger
-   form do, with annotate and shard switched on in the run's conf, and follow both runs to their end:
+   form do, with annotate and shard switched on in the run's conf, and follow every run to its end:
    discover, plan, ingest, pre-gate, transcode, post-gate, annotate, shard, warehouse sync;
 5. build a versioned dataset from the warehouse (the runs' warehouse_sync tasks brought it up to date) and
    load its manifest as training rank 0 of 2 would;
@@ -29,8 +29,9 @@ from pipeline.cli._common import console, print_table, warn
 if TYPE_CHECKING:
     from pipeline.orchestrate.platform import Platform
 
-#: Defects the demo drops carry, so the gate has something to show.
-ROBOT_DEFECTS = ("truncated", "crc_flipped", "clock_jump", "duplicate", "dropped_frames")
+#: Defects the demo drops carry, so the gate has something to show (corrupt_image only where the cameras
+#: send still images or raw pixels: the ROS 2 example vendor's JPEG cameras).
+ROBOT_DEFECTS = ("truncated", "crc_flipped", "clock_jump", "duplicate", "dropped_frames", "corrupt_image")
 #: ``reencoded`` is a good clip again, smaller and at another quality: accepted, then grouped with its original
 #: by the near-duplicate grouping, so that the dataset keeps one of the two.
 VIDEO_DEFECTS = ("all_black", "rotated", "corrupt_bitstream", "zero_bytes", "reencoded")
@@ -86,7 +87,8 @@ def _validate(settings: Any) -> dict[str, Any]:
 def _make_drops(vendors: dict[str, Any], settings: Any, *, episodes: int, seconds: float) -> dict[str, Path]:
     from pipeline.config.models import local_source_path
     from pipeline.synth import RobotDropConfig, VideoDropConfig, make_robot_drop, make_video_drop
-    from pipeline.synth.defects import RobotDefect, VideoDefect
+    from pipeline.synth.defects import RobotDefect, VideoDefect, defect_applies
+    from pipeline.synth.flavors import matching_flavor
 
     drops = {}
     for name, vendor in vendors.items():
@@ -94,12 +96,14 @@ def _make_drops(vendors: dict[str, Any], settings: Any, *, episodes: int, second
         shutil.rmtree(root, ignore_errors=True)
         with console.status(f"generating {name}'s drop in {root}…"):
             if vendor.kind == "mcap":
+                flavor = matching_flavor(vendor.topics.cameras if vendor.topics else ())
                 manifest = make_robot_drop(
                     root,
                     RobotDropConfig(
                         episodes=episodes,
                         seconds=seconds,
-                        defects=tuple(RobotDefect(d) for d in ROBOT_DEFECTS),
+                        flavor=flavor,
+                        defects=tuple(RobotDefect(d) for d in ROBOT_DEFECTS if defect_applies(d, flavor)),
                     ),
                     jobs=2,
                 )
@@ -120,7 +124,7 @@ def _make_drops(vendors: dict[str, Any], settings: Any, *, episodes: int, second
 
 
 def _run_dags(vendors: dict[str, Any], platform: Platform) -> bool:
-    """Each vendor's DAG, once, through the scheduler (both runs at once); False when a run failed."""
+    """Each vendor's DAG, once, through the scheduler (all runs at once); False when a run failed."""
     from pipeline.orchestrate.scheduled import follow_run, run_conf, trigger_run
     from pipeline.steps.runner import build_context
 

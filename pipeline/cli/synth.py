@@ -19,7 +19,11 @@ app = typer.Typer(no_args_is_help=True, help="Make synthetic vendor drops, with 
 # names are spelled out here for the same reason and checked against the enums by a test.
 ROBOT_DEFECT_NAMES = (
     "truncated", "crc_flipped", "non_monotonic", "clock_jump", "dropped_frames", "missing_topic",
-    "unknown_encoding", "duplicate", "zero_bytes",
+    "unknown_encoding", "duplicate", "zero_bytes", "corrupt_image", "renamed_joints",
+)  # fmt: skip
+ROBOT_FLAVOR_NAMES = (
+    "default", "foxglove-h265", "foxglove-jpeg", "foxglove-png", "foxglove-raw", "ros2-h264", "ros2-h265",
+    "ros2-jpeg", "ros2-png", "ros2-raw",
 )  # fmt: skip
 VIDEO_DEFECT_NAMES = (
     "interlaced", "all_black", "rotated", "corrupt_bitstream", "zero_bytes", "duplicate", "reencoded",
@@ -135,13 +139,24 @@ def robot(
     episodes_per_session: Annotated[int, typer.Option(help="Episodes per recording session.")] = 3,
     preset: Annotated[str, typer.Option(help="x264 preset.")] = "ultrafast",
     crf: _Crf = 23,
+    flavor: Annotated[
+        str,
+        typer.Option(help=f"Message shapes: {', '.join(ROBOT_FLAVOR_NAMES)} (default: TOPICS.md's)."),
+    ] = "default",
+    pixel_encoding: Annotated[str, typer.Option(help="Raw flavors' pixel encoding (ROS name).")] = "rgb8",
     jobs: _Jobs = None,
 ) -> None:
-    """Write MCAP robot logs (3 cameras of H.264, joint states, actions, calibrations) into OUT."""
+    """Write MCAP robot logs (3 cameras, joint states, actions, calibrations) into OUT; the cameras are H.264
+    unless --flavor picks ROS 2 or Foxglove shapes (JPEG, PNG, raw, H.265 cameras, CDR JointState...)."""
+    from pipeline.errors import UnknownChoiceError
+
+    if flavor not in ROBOT_FLAVOR_NAMES:
+        raise UnknownChoiceError("flavor", flavor, ROBOT_FLAVOR_NAMES)
     values = dict(
         episodes=episodes, seconds=seconds, seed=seed, defects=_defects(defect, ROBOT_DEFECT_NAMES),
         target_size_bytes=_size(size), width=width, height=height, robots=robots,
-        episodes_per_session=episodes_per_session, preset=preset, crf=crf,
+        episodes_per_session=episodes_per_session, preset=preset, crf=crf, flavor=flavor,
+        pixel_encoding=pixel_encoding,
     )  # fmt: skip
     _run("robot", out, values, jobs or _default_jobs())
 

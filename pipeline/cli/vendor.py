@@ -168,3 +168,35 @@ def schema() -> None:
     from pipeline.config import VendorConfig
 
     typer.echo(json.dumps(VendorConfig.model_json_schema(), indent=2, ensure_ascii=False))
+
+
+@app.command()
+def init(
+    name: Annotated[str, typer.Argument(help="The vendor's slug (also the file's name).")],
+    sample: Annotated[Path, typer.Option("--from", help="A sample robot log (MCAP) of the vendor.")],
+    source: Annotated[
+        str, typer.Option("--source", help="Where the vendor's drops live (fsspec URL or path).")
+    ],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="The vendor file to write (default: dags/vendors/NAME.yaml).")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+) -> None:
+    """Propose a vendor file from a sample log: cameras, state and actions from its schemas and topic names,
+    measured rates, stamp fields, encodings and compressions, a comment on each guess; it always validates."""
+    from rich.console import Console
+
+    from pipeline.config.propose import write_proposal
+
+    target = out or Path("dags") / "vendors" / f"{name}.yaml"
+    if target.stem != name:
+        raise typer.BadParameter(f"the file's name must be the vendor's: {name}.yaml, not {target.name}")
+    if target.exists() and not force:
+        raise typer.BadParameter(f"{target} exists; pass --force to overwrite it")
+    if not sample.is_file():
+        raise typer.BadParameter(f"sample {sample} is not a file")
+    summary = write_proposal(name, sample, source, target)
+    console = Console(highlight=False)
+    console.print(f"[green]wrote[/] {target} (validates; read its comments, then `sluice run` it)")
+    for role, topics in summary.items():
+        console.print(f"  {role}: {', '.join(topics) if topics else '-'}")

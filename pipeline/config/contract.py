@@ -41,8 +41,14 @@ SchemaEncoding = Literal[
 ]
 #: Chunk compressions; ``none`` is MCAP's empty string.
 Compression = Literal["none", "lz4", "zstd"]
-#: Camera payload formats inside ``foxglove.CompressedVideo``.
-VideoFormat = Literal["h264", "h265", "vp9", "av1"]
+#: Camera payload formats: video (``CompressedVideo``) and still images (``CompressedImage``).
+VideoFormat = Literal["h264", "h265", "vp9", "av1", "jpeg", "png"]
+#: Raw pixel encodings (``sensor_msgs/Image``, ``foxglove.RawImage``) the transcode decodes; ROS's names.
+PixelEncoding = Literal[
+    "rgb8", "bgr8", "rgba8", "bgra8", "mono8", "8uc1", "mono16", "rgb16", "bgr16", "yuv422", "uyvy", "yuyv",
+    "yuv422_yuy2", "bayer_rggb8", "bayer_bggr8", "bayer_gbrg8", "bayer_grbg8", "bayer_rggb16",
+    "bayer_bggr16", "bayer_gbrg16", "bayer_grbg16",
+]  # fmt: skip
 #: Containers a video vendor may deliver (FFmpeg's demuxer for mp4/mov is the same: ``mov,mp4,m4a,...``).
 Container = Literal["mp4", "mov", "mkv", "webm", "avi", "mpegts"]
 #: Video codecs a video vendor may deliver (FFmpeg codec names).
@@ -194,16 +200,56 @@ class TopicSpec(FrozenModel):
     )
     stamp_field: str | None = Field(
         default=None,
-        description="Payload field with the hardware capture stamp (stamp_ns, timestamp); none = no stamp.",
+        description=(
+            "Payload field with the hardware capture stamp: an integer of ns (stamp_ns), a time (protobuf "
+            "timestamp, ROS header.stamp as sec + nanosec) at any dotted path; none = the type has no stamp "
+            "(its log time is used)."
+        ),
     )
 
 
 class CameraSpec(TopicSpec):
-    """A camera topic carrying compressed video frames (``foxglove.CompressedVideo``)."""
+    """A camera topic: ``foxglove.CompressedVideo`` (H.264, H.265), ``sensor_msgs/CompressedImage`` or
+    ``foxglove.CompressedImage`` (JPEG, PNG), ``sensor_msgs/Image`` or ``foxglove.RawImage`` (raw pixels),
+    in CDR, protobuf or JSON."""
 
     name: Slug = Field(description="Camera name (the frame_id), used for output topics and folders.")
     formats: Annotated[tuple[VideoFormat, ...], SortedSet, Lax] = Field(
-        default=("h264",), min_length=1, description="Allowed CompressedVideo formats."
+        default=("h264",),
+        min_length=1,
+        description="Allowed payload formats of compressed pictures (video or still images).",
+        json_schema_extra=controls((PRE, "camera_format", R.UNSUPPORTED_ENCODING)),
+    )
+    pixel_encodings: Annotated[tuple[PixelEncoding, ...], SortedSet, Lax] = Field(
+        default=(),
+        description="Allowed raw pixel encodings (Image, RawImage); empty = any the transcode decodes.",
+        json_schema_extra=controls((PRE, "camera_format", R.UNSUPPORTED_ENCODING)),
+    )
+    width_px: int | None = Field(
+        default=None,
+        ge=1,
+        description="Expected picture width; none = any, but the same for the whole stream.",
+        json_schema_extra=controls((PRE, "camera_size", R.RESOLUTION_OUT_OF_BOUNDS)),
+    )
+    height_px: int | None = Field(
+        default=None,
+        ge=1,
+        description="Expected picture height; none = any, but the same for the whole stream.",
+        json_schema_extra=controls((PRE, "camera_size", R.RESOLUTION_OUT_OF_BOUNDS)),
+    )
+
+
+class SeriesSpec(TopicSpec):
+    """A state or action topic: its messages become numeric vectors that are resampled onto one grid."""
+
+    fields: Annotated[tuple[str, ...], Lax] = Field(
+        default=(),
+        description=(
+            "Numeric fields to keep, as dotted paths (a number or an array of numbers each); empty = the "
+            "type's own (JointState position/velocity/effort by joint name, MultiArray data, pose and "
+            "twist vectors), a JSON message's whole object, or every numeric field of any other type."
+        ),
+        json_schema_extra=controls((PRE, "series_content", R.SCHEMA_DRIFT)),
     )
 
 
@@ -215,10 +261,12 @@ class TopicContract(FrozenModel):
     """
 
     cameras: Annotated[tuple[CameraSpec, ...], Lax] = Field(default=(), description="Camera topics.")
-    state: Annotated[tuple[TopicSpec, ...], Lax] = Field(
+    state: Annotated[tuple[SeriesSpec, ...], Lax] = Field(
         default=(), description="Proprioception topics (joint states...)."
     )
-    actions: Annotated[tuple[TopicSpec, ...], Lax] = Field(default=(), description="Commanded-action topics.")
+    actions: Annotated[tuple[SeriesSpec, ...], Lax] = Field(
+        default=(), description="Commanded-action topics."
+    )
     message_encodings: Annotated[tuple[MessageEncoding, ...], SortedSet, Lax] | None = Field(
         default=("cbor", "cdr", "flatbuffer", "json", "msgpack", "protobuf", "ros1"),
         min_length=1,
@@ -512,6 +560,14 @@ class QualityPre(FrozenModel):
     )
     # A frame interval more than 20 % off a whole multiple of the median interval counts as a rate change:
     # that lets millisecond time bases (33/34 ms at 30 fps) and 1001/1000 rounding through.
+    # A tenth of a camera's still images decoded in full finds a camera that sends bad pictures at a
+    # tenth of the decode's cost; every picture's structure (JPEG markers, PNG CRCs) is checked anyway.
+    decode_every_frames: int = Field(
+        default=10,
+        ge=1,
+        description="Every n-th still image of a camera is decoded in full at the pre-gate.",
+        json_schema_extra=controls((PRE, "camera_decode", R.DECODE_ERROR)),
+    )
     vfr_tolerance_fraction: float = Field(
         default=0.2,
         gt=0,
@@ -575,10 +631,12 @@ __all__ = [
     "Container",
     "IngestOptions",
     "MessageEncoding",
+    "PixelEncoding",
     "QualityPost",
     "QualityPre",
     "QualityThresholds",
     "SchemaEncoding",
+    "SeriesSpec",
     "SourceConfig",
     "StampSource",
     "TimestampPolicy",

@@ -19,6 +19,7 @@ from pipeline.mcaplog.decode import (
     decode_ros2,
     decoder_for,
     stamp_ns,
+    value_at,
 )
 from pipeline.mcaplog.exceptions import DecodeError, McapInputError, UnsupportedEncodingError
 from pipeline.mcaplog.framing import SUPPORTED_COMPRESSIONS
@@ -26,6 +27,8 @@ from pipeline.mcaplog.messages import MessageTuple, iter_messages
 from pipeline.mcaplog.models import (
     AttachmentInfo,
     ChannelInfo,
+    ContentProblem,
+    ContentStats,
     CrcCoverage,
     Finding,
     FindingThresholds,
@@ -38,13 +41,16 @@ from pipeline.mcaplog.models import (
     TopicStats,
 )
 from pipeline.mcaplog.probe import probe_structure
-from pipeline.mcaplog.read import read_log
+from pipeline.mcaplog.read import ContentProbe, ProbeFactory, read_log
 
 __all__ = [
     "DEFAULT_STAMP_FIELDS",
     "SUPPORTED_COMPRESSIONS",
     "AttachmentInfo",
     "ChannelInfo",
+    "ContentProbe",
+    "ContentProblem",
+    "ContentStats",
     "CrcCoverage",
     "DecodeError",
     "Finding",
@@ -53,6 +59,7 @@ __all__ = [
     "McapInputError",
     "MessageTuple",
     "MetadataInfo",
+    "ProbeFactory",
     "ReadLimits",
     "SchemaInfo",
     "StatisticsInfo",
@@ -68,4 +75,5 @@ __all__ = [
     "probe_structure",
     "read_log",
     "stamp_ns",
+    "value_at",
 ]

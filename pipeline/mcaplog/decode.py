@@ -109,6 +109,18 @@ def stamp_ns(decoded: Any, path: str) -> int | None:
     return None
 
 
+def value_at(decoded: Any, path: str, default: Any = None) -> Any:
+    """The value at a dotted ``path`` of a decoded message (CDR object, protobuf message or JSON mapping),
+    or ``default`` when a part of the path is not there (an unset protobuf sub-message counts as not
+    there)."""
+    value = decoded
+    for part in path.split("."):
+        value = _field(value, part)
+        if value is _MISSING:
+            return default
+    return value
+
+
 def ros2_has_top_level_field(schema: Schema, name: str) -> bool:
     """Whether a ``ros2msg`` definition declares ``name`` at its top level (before any nested definition).
 

@@ -190,6 +190,41 @@ class CrcCoverage(BaseModel):
         return self.chunks_with_crc == self.chunks_total and self.unchunked_message_count == 0
 
 
+class ContentProblem(BaseModel):
+    """One message whose content is bad (a picture that does not decode, joint names that changed...).
+
+    ``frame``: the message's index on its topic, in file order; ``offset``: the byte offset inside its
+    payload (the picture's bytes for a camera) where the problem was seen, when it is tied to one place.
+    """
+
+    model_config = _FROZEN
+
+    code: ReasonCode
+    detail: str
+    frame: int | None = None
+    log_time_ns: int | None = None
+    offset: int | None = None
+
+
+class ContentStats(BaseModel):
+    """What a content probe (see :func:`pipeline.mcaplog.read_log`'s ``content_probes``) found on a topic:
+    the pictures' formats and sizes for a camera, the entry names for a named-vector stream."""
+
+    model_config = _FROZEN
+
+    kind: str  # "camera" or "series"
+    family: str | None = None
+    messages: int = 0
+    decoded: int = 0  # pictures decoded in full (cameras), records read (series)
+    formats: tuple[str, ...] = ()  # payload formats or raw pixel encodings seen, in order seen
+    sizes: tuple[str, ...] = ()  # picture sizes seen ("640x480"), in order seen
+    width_px: int | None = None  # of the first picture
+    height_px: int | None = None
+    names: tuple[str, ...] = ()  # a named-vector stream's names (JointState.name) in its first message
+    problems: tuple[ContentProblem, ...] = ()  # the first few
+    problem_count: int = 0
+
+
 class TopicStats(BaseModel):
     """Per-topic measurements of one full read. Times are log times in ns; skew is log_time - stamp."""
 
@@ -224,6 +259,7 @@ class TopicStats(BaseModel):
     skew_abs_p99_ns: int | None = None  # 99th percentile of |log time - stamp|
     decode_errors: int = 0
     content_digest: str | None = None
+    content: ContentStats | None = None
 
 
 class LogReport(BaseModel):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from mcap.records import Attachment, Channel, Message, Metadata, Schema
 
@@ -19,6 +19,7 @@ from pipeline.mcaplog.framing import SUPPORTED_COMPRESSIONS, open_source
 from pipeline.mcaplog.models import (
     AttachmentInfo,
     ChannelInfo,
+    ContentStats,
     CrcCoverage,
     Finding,
     FindingThresholds,
@@ -35,6 +36,18 @@ from pipeline.mcaplog.stats import DigestThread, StampReader, TopicAccumulator
 logger = logging.getLogger(__name__)
 
 
+class ContentProbe(Protocol):
+    """Looks into every message of one topic during the read (see ``content_probes``)."""
+
+    def add(self, log_time: int, data: bytes) -> None: ...
+
+    def result(self) -> ContentStats: ...
+
+
+#: Makes the probe of a topic from its schema and first channel.
+ProbeFactory = Callable[[Schema | None, Channel], ContentProbe]
+
+
 def read_log(
     source: str | Path | IO[bytes],
     *,
@@ -45,6 +58,7 @@ def read_log(
     stamp_fields: tuple[str, ...] = DEFAULT_STAMP_FIELDS,
     thresholds: FindingThresholds | None = None,
     content_digest: bool = False,
+    content_probes: Mapping[str, ProbeFactory] | None = None,
 ) -> LogReport:
     """Read a whole MCAP file once, validating every CRC it carries, and measure every topic.
 
@@ -60,7 +74,9 @@ def read_log(
     ``header.stamp``...). ``content_digest``: also compute an order-independent digest of each topic's
     messages (finds the same messages re-chunked); payloads of 16 KiB and more (camera frames) are hashed
     on a helper thread beside the read (``sluice bench ingest``: the CRC-checked read of a robot log went
-    from 0.312 to 0.372 of sha256's speed, for a little more CPU).
+    from 0.312 to 0.372 of sha256's speed, for a little more CPU). ``content_probes``: topic -> a factory of
+    a :class:`ContentProbe` that sees every message of the topic (the pre-gate's picture and joint-name
+    checks, :mod:`pipeline.families.probe`); its result is the topic's ``content``.
     Bad input never raises; an unreadable file raises :class:`~pipeline.errors.StoreError`.
     """
     unknown = set(allowed_compressions) - set(SUPPORTED_COMPRESSIONS)
@@ -84,6 +100,7 @@ def read_log(
             allowed_encodings=allowed_encodings,
             stamp_fields=stamp_fields,
             content_digest=content_digest,
+            content_probes={} if content_probes is None else content_probes,
         )
         try:
             try:
@@ -149,6 +166,7 @@ class _Staging:
         allowed_encodings: Collection[str] | None,
         stamp_fields: tuple[str, ...],
         content_digest: bool,
+        content_probes: Mapping[str, ProbeFactory],
     ) -> None:
         self._allowed_encodings = None if allowed_encodings is None else frozenset(allowed_encodings)
         self._stamp_fields = stamp_fields
@@ -165,6 +183,9 @@ class _Staging:
         self._by_channel: dict[int, TopicAccumulator] = {}
         self._stamps: dict[int, StampReader] = {}
         self._drift: set[str] = set()
+        self._probe_factories = content_probes
+        self._probes: dict[str, ContentProbe] = {}
+        self._probe_by_channel: dict[int, ContentProbe] = {}
 
     def take(self, item: Item, scanner: Scanner) -> None:
         record = item.record
@@ -177,6 +198,9 @@ class _Staging:
                 stamp = reader.read(record.data)
                 if stamp is not None:
                     acc.add_stamp(record.log_time, stamp)
+            probe = self._probe_by_channel.get(record.channel_id)
+            if probe is not None:
+                probe.add(record.log_time, record.data)
         elif isinstance(record, Channel):
             self._channel(record, scanner.schemas.get(record.schema_id))
         elif isinstance(record, Schema):
@@ -236,6 +260,11 @@ class _Staging:
             if channel.message_encoding != acc.message_encoding or not same_schema:
                 self._drift.add(channel.topic)
         self._by_channel[channel.id] = acc
+        factory = self._probe_factories.get(channel.topic)
+        if factory is not None:
+            if channel.topic not in self._probes:
+                self._probes[channel.topic] = factory(schema, channel)
+            self._probe_by_channel[channel.id] = self._probes[channel.topic]
         self._stamps[channel.id] = StampReader(schema, channel, self._stamp_fields)
         if self._allowed_encodings is not None and channel.message_encoding not in self._allowed_encodings:
             self.findings.append(
@@ -308,6 +337,9 @@ class _Staging:
                 thresholds=thresholds,
                 schema_drift=name in self._drift,
             )
+            content_probe = self._probes.get(name)
+            if content_probe is not None:
+                stats = stats.model_copy(update={"content": content_probe.result()})
             topics.append(stats)
             findings.extend(topic_findings)
         header = facts.header

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pipeline.enums import CheckStatus, ReasonCode
+from pipeline.enums import CheckStatus, ReasonCode, Severity
 from pipeline.quality.suite import (
     CheckOutcome,
     Expect,
@@ -109,6 +109,7 @@ def check_mcap(
         return outcomes  # nothing else can be trusted after a fatal read
     streams, episode = mcap_tables(report, vendor, calibration_id=calibration_id)
     outcomes += run_suite(mcap_expectations(vendor), {"streams": streams, "episode": episode})
+    outcomes += content_checks(report, vendor)
     outcomes += schema_drift(report, baseline_schemas or {})
     return outcomes
 
@@ -371,6 +372,105 @@ def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
                 explain=lambda f, labels: "no calibration of this robot is valid at the episode's start",
             )
         )
+    return out
+
+
+# -- content (what the pre-gate's content probes saw inside the messages) --------------------------------------
+
+#: The content checks, in the order they are recorded: camera pictures that do not decode (or do not fill
+#: their declared layout), formats or pixel encodings the contract does not allow, pictures of another
+#: size than the contract's or than the stream's first, named-vector streams whose names change.
+CONTENT_CHECKS = (
+    ("camera_decode", ReasonCode.DECODE_ERROR),
+    ("camera_format", ReasonCode.UNSUPPORTED_ENCODING),
+    ("camera_size", ReasonCode.RESOLUTION_OUT_OF_BOUNDS),
+    ("series_content", ReasonCode.SCHEMA_DRIFT),
+)
+
+
+def _problem_text(topic: str, count: int, problem: Any) -> str:
+    where = [f"log time {problem.log_time_ns}"] if problem.log_time_ns is not None else []
+    if problem.offset is not None:
+        where.append(f"byte {problem.offset} of the payload")
+    more = f" (+{count - 1} more)" if count > 1 else ""
+    return f"{problem.detail}" + (f" ({', '.join(where)})" if where else "") + more
+
+
+def content_checks(report: LogReport, vendor: VendorConfig) -> list[CheckOutcome]:
+    """The content checks of a robot contract's cameras and series (see :data:`CONTENT_CHECKS`).
+
+    A series whose names change mid-episode quarantines (``schema_drift`` at quarantine severity): its
+    vectors change meaning halfway, which no resampling can mend. A schema that differs from earlier
+    episodes (:func:`schema_drift`) only flags.
+    """
+    from pipeline.families import FrameKind, camera_family
+
+    contract = vendor.topics
+    if contract is None or not is_robot_contract(vendor):
+        return []
+    found: dict[str, list[str]] = {name: [] for name, _ in CONTENT_CHECKS}
+    observed: dict[str, dict[str, Any]] = {name: {} for name, _ in CONTENT_CHECKS}
+    bucket = {reason: name for name, reason in CONTENT_CHECKS}
+    for camera in contract.cameras:
+        stats = report.topic(camera.topic)
+        if stats is None or stats.content is None:
+            continue
+        content = stats.content
+        family = camera_family(stats.schema_name)
+        observed["camera_decode"][camera.topic] = {"frames": content.messages, "decoded": content.decoded}
+        observed["camera_format"][camera.topic] = {"family": content.family, "formats": list(content.formats)}
+        observed["camera_size"][camera.topic] = {"sizes": list(content.sizes)}
+        if family is None:
+            found["camera_format"].append(
+                f"{camera.topic}: schema {stats.schema_name!r} is not a camera type Sluice decodes"
+            )
+            continue
+        by_code: dict[ReasonCode, list[Any]] = {}
+        for problem in content.problems:
+            by_code.setdefault(problem.code, []).append(problem)
+        for code, problems in by_code.items():
+            share = content.problem_count if len(by_code) == 1 else len(problems)
+            found[bucket.get(code, "camera_decode")].append(_problem_text(camera.topic, share, problems[0]))
+        raw = family.kind is FrameKind.RAW
+        allowed = camera.pixel_encodings if raw else camera.formats
+        if allowed:
+            extra = [f for f in content.formats if f not in allowed]
+            if extra:
+                what = "pixel encoding" if raw else "format"
+                found["camera_format"].append(
+                    f"{camera.topic}: {what} {', '.join(extra)}; the contract allows {', '.join(allowed)}"
+                )
+        if len(content.sizes) > 1:
+            found["camera_size"].append(
+                f"{camera.topic}: pictures change size mid-stream ({' then '.join(content.sizes[:3])})"
+            )
+        want = (camera.width_px, camera.height_px)
+        if content.width_px is not None and any(w is not None for w in want):
+            got = (content.width_px, content.height_px)
+            if any(w is not None and w != g for w, g in zip(want, got, strict=True)):
+                found["camera_size"].append(
+                    f"{camera.topic}: pictures are {got[0]}x{got[1]}, the contract says "
+                    f"{want[0] or 'any'}x{want[1] or 'any'}"
+                )
+    for spec in (*contract.state, *contract.actions):
+        stats = report.topic(spec.topic)
+        if stats is None or stats.content is None:
+            continue
+        content = stats.content
+        observed["series_content"][spec.topic] = {"family": content.family, "names": list(content.names)}
+        for problem in content.problems[:1]:
+            found["series_content"].append(_problem_text(spec.topic, content.problem_count, problem))
+    out = []
+    for name, reason in CONTENT_CHECKS:
+        if found[name]:
+            severity = Severity.QUARANTINE if name == "series_content" else None
+            out.append(
+                failed_outcome(
+                    name, reason, "; ".join(found[name]), severity=severity, observed=observed[name]
+                )
+            )
+        else:
+            out.append(CheckOutcome(name, CheckStatus.PASSED, observed=observed[name]))
     return out
 
 

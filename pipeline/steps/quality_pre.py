@@ -50,11 +50,14 @@ DEFAULT_STAMP_FIELDS = ("stamp_ns", "timestamp", "header.stamp")
 
 def read_log_options(vendor: VendorConfig) -> dict[str, Any]:
     """The keyword arguments of :func:`pipeline.mcaplog.read_log` for ``vendor``'s robot logs: its limits,
-    compressions, contract rates and stamp fields (tests read a log exactly as the step does with them)."""
+    compressions, contract rates, stamp fields and content probes (tests read a log exactly as the step
+    does with them)."""
+    from pipeline.families.probe import content_probes
     from pipeline.mcaplog import ReadLimits
     from pipeline.quality.pregate import is_robot_contract
 
     contract = vendor.topics
+    robot = is_robot_contract(vendor)
     named = sorted({t.stamp_field for t in contract.all_topics() if t.stamp_field}) if contract else []
     return {
         "limits": ReadLimits(max_record_bytes=int(vendor.ingest.max_record_bytes)),
@@ -65,7 +68,11 @@ def read_log_options(vendor: VendorConfig) -> dict[str, Any]:
         "allowed_encodings": None,  # the gate checks encodings against the contract itself
         "expected_rates_hz": {t.topic: t.rate_hz for t in contract.all_topics()} if contract else {},
         "stamp_fields": tuple(named) or DEFAULT_STAMP_FIELDS,
-        "content_digest": is_robot_contract(vendor),  # near-duplicates are a robot-contract finding
+        "content_digest": robot,  # near-duplicates are a robot-contract finding
+        # the pictures and named vectors of the contract's topics, looked into during the same read
+        "content_probes": content_probes(contract, decode_every=vendor.quality.pre.decode_every_frames)
+        if robot
+        else {},
     }
 
 

@@ -8,8 +8,9 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pipeline.errors import ConfigError
-from pipeline.synth.defects import RobotDefect, VideoDefect
-from pipeline.synth.encode import H264Settings, X264Preset
+from pipeline.synth.defects import RobotDefect, VideoDefect, defect_applies
+from pipeline.synth.encode import RAW_ENCODINGS, H264Settings, X264Preset
+from pipeline.synth.flavors import FLAVOR_NAMES
 from pipeline.synth.robot import Compression, EpisodeMedia
 from pipeline.synth.scene import check_frame_size
 from pipeline.synth.video import ClipMedia
@@ -38,10 +39,23 @@ class RobotDropConfig(BaseModel):
     target_size_bytes: int | None = Field(
         None, ge=1, description="Add clean episodes until the drop is this big."
     )
+    flavor: str = Field(
+        "default", description="Message shapes (pipeline.synth.flavors): " + ", ".join(FLAVOR_NAMES)
+    )
+    pixel_encoding: str = Field("rgb8", description="Pixel encoding of raw flavors' cameras (ROS name).")
 
     @model_validator(mode="after")
     def _check(self) -> RobotDropConfig:
         check_frame_size(self.width, self.height)
+        if self.flavor not in FLAVOR_NAMES:
+            raise ValueError(f"flavor {self.flavor!r} is unknown; allowed: {', '.join(FLAVOR_NAMES)}")
+        if self.pixel_encoding not in RAW_ENCODINGS:
+            raise ValueError(
+                f"pixel encoding {self.pixel_encoding!r} is unknown; allowed: {', '.join(RAW_ENCODINGS)}"
+            )
+        wrong = [d.value for d in self.defects if not defect_applies(d, self.flavor)]
+        if wrong:
+            raise ValueError(f"defect(s) {', '.join(wrong)} cannot be made in flavor {self.flavor!r}")
         if RobotDefect.DUPLICATE in self.defects and self.episodes < 1:
             raise ValueError("defect 'duplicate' copies a clean episode; episodes must be >= 1")
         return self
@@ -54,6 +68,8 @@ class RobotDropConfig(BaseModel):
             h264=h264,
             compression=self.compression,
             chunk_size_bytes=self.chunk_size_bytes,
+            flavor=self.flavor,
+            pixel_encoding=self.pixel_encoding,
         )
 
 

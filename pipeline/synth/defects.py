@@ -18,6 +18,7 @@ from pipeline.enums import REASON_SEVERITY, FileState, ReasonCode, Severity
 from pipeline.errors import SluiceError
 from pipeline.synth import layout
 from pipeline.synth.drop import DropFile, describe_file
+from pipeline.synth.flavors import flavor
 from pipeline.synth.mutate import damage_h264_samples, flip_chunk_crc, truncate_mid_chunk
 from pipeline.synth.robot import EpisodeMedia, EpisodeSpec, EpisodeTweaks, write_episode
 from pipeline.synth.video import ClipMedia, ClipSpec, ClipTweaks, reencode_clip, write_clip
@@ -39,6 +40,8 @@ class RobotDefect(StrEnum):
     UNKNOWN_ENCODING = "unknown_encoding"
     DUPLICATE = "duplicate"
     ZERO_BYTES = "zero_bytes"
+    CORRUPT_IMAGE = "corrupt_image"  # flavors with still-image or raw cameras
+    RENAMED_JOINTS = "renamed_joints"  # ROS 2 flavors (JointState names)
 
 
 class VideoDefect(StrEnum):
@@ -67,11 +70,21 @@ EXPECTED_REASONS: dict[str, tuple[ReasonCode, ...]] = {
     "duplicate": (),
     "reencoded": (),
     "zero_bytes": (ReasonCode.ZERO_BYTES,),
+    "corrupt_image": (ReasonCode.DECODE_ERROR,),
+    "renamed_joints": (ReasonCode.SCHEMA_DRIFT,),
     "interlaced": (ReasonCode.INTERLACED,),
     "all_black": (ReasonCode.BLANK_VIDEO,),
     "rotated": (ReasonCode.ROTATED,),
     "corrupt_bitstream": (ReasonCode.DECODE_ERROR,),
 }
+
+#: Defects whose reason quarantines here though its default severity flags: joint names that change
+#: mid-episode make the stream's vectors change meaning (a schema that differs from *earlier* episodes
+#: only flags).
+QUARANTINED_DEFECTS = frozenset({"renamed_joints"})
+#: Defects that only make sense for some flavors (see :func:`defect_applies`).
+CORRUPT_IMAGE_CAMERA = layout.CAMERA_NAMES[0]
+RENAME_JOINTS_AT_FRACTION = 0.5  # of the episode
 
 # Defect parameters. Each is far enough past any sane threshold that the defect is unmistakable.
 DROPPED_FRAMES_CAMERA = layout.CAMERA_NAMES[1]
@@ -93,7 +106,7 @@ def expected_outcome(defect: str | None) -> tuple[FileState, tuple[ReasonCode, .
         return FileState.DUPLICATE, reasons
     if not reasons:
         return FileState.ACCEPTED, reasons
-    if any(REASON_SEVERITY[r] is Severity.QUARANTINE for r in reasons):
+    if defect in QUARANTINED_DEFECTS or any(REASON_SEVERITY[r] is Severity.QUARANTINE for r in reasons):
         return FileState.QUARANTINED, reasons
     return FileState.ACCEPTED_WITH_FLAGS, reasons
 
@@ -186,13 +199,37 @@ def _robot_dropped_frames(slot: RobotSlot) -> DropFile:
 
 
 def _robot_missing_topic(slot: RobotSlot) -> DropFile:
-    tweaks = EpisodeTweaks(omit_topics=frozenset({MISSING_TOPIC}))
+    # the flavor's first action topic (the default flavor's is MISSING_TOPIC)
+    tweaks = EpisodeTweaks(omit_topics=frozenset({flavor(slot.media.flavor).action_topics[0]}))
     return _episode_file(slot, RobotDefect.MISSING_TOPIC, tweaks)
 
 
 def _robot_unknown_encoding(slot: RobotSlot) -> DropFile:
     tweaks = EpisodeTweaks(extra_channel_encoding=UNKNOWN_ENCODING)
     return _episode_file(slot, RobotDefect.UNKNOWN_ENCODING, tweaks)
+
+
+def _robot_corrupt_image(slot: RobotSlot) -> DropFile:
+    # a picture in the middle of the first camera's stream
+    frames = int(slot.spec.seconds * layout.CAMERA_RATE_HZ)
+    tweaks = EpisodeTweaks(corrupt_image_camera=CORRUPT_IMAGE_CAMERA, corrupt_image_frame=frames // 2)
+    return _episode_file(slot, RobotDefect.CORRUPT_IMAGE, tweaks)
+
+
+def _robot_renamed_joints(slot: RobotSlot) -> DropFile:
+    tweaks = EpisodeTweaks(rename_joints_at_s=slot.spec.seconds * RENAME_JOINTS_AT_FRACTION)
+    return _episode_file(slot, RobotDefect.RENAMED_JOINTS, tweaks)
+
+
+def defect_applies(defect: RobotDefect | str, flavor_name: str) -> bool:
+    """Whether a robot-log defect can be made in a flavor: a corrupt picture needs cameras whose pictures
+    stand alone (still images, raw), renamed joints need named joints (the ROS 2 flavors)."""
+    chosen = flavor(flavor_name)
+    if defect == RobotDefect.CORRUPT_IMAGE:
+        return chosen.camera != "video"
+    if defect == RobotDefect.RENAMED_JOINTS:
+        return chosen.ros2
+    return True
 
 
 def _slot_ids(slot: RobotSlot | VideoSlot) -> dict[str, str]:
@@ -235,6 +272,8 @@ ROBOT_DEFECTS: dict[RobotDefect, Callable[[RobotSlot], DropFile]] = {
     RobotDefect.UNKNOWN_ENCODING: _robot_unknown_encoding,
     RobotDefect.DUPLICATE: _robot_duplicate,
     RobotDefect.ZERO_BYTES: _robot_zero_bytes,
+    RobotDefect.CORRUPT_IMAGE: _robot_corrupt_image,
+    RobotDefect.RENAMED_JOINTS: _robot_renamed_joints,
 }
 
 

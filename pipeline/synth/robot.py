@@ -5,20 +5,25 @@ messages of all topics are merged in log-time order, as a logger writes what arr
 ``mcap`` writer. Camera frames are rendered and encoded lazily inside the merge, so memory stays flat
 however long the episode. Content depends only on the episode's seed and the media options.
 
+The messages' shapes come from the media's *flavor* (:mod:`pipeline.synth.flavors`): the default is
+TOPICS.md's (protobuf H.264 cameras, JSON state and actions); others are what ROS 2 and Foxglove fleets
+record (JPEG, PNG, raw and H.265 cameras, CDR JointState...).
+
 Defects that change content (dropped frames, backward or jumping log times, a missing topic, an extra
-channel with a made-up encoding) are :class:`EpisodeTweaks`; byte-level damage is in
-:mod:`pipeline.synth.mutate`.
+channel with a made-up encoding, a corrupt picture, joints renamed mid-episode) are
+:class:`EpisodeTweaks`; byte-level damage is in :mod:`pipeline.synth.mutate`.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import logging
 import math
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -26,14 +31,19 @@ from typing import Any, Literal
 
 import numpy as np
 from foxglove_schemas_protobuf.CameraCalibration_pb2 import CameraCalibration
+from foxglove_schemas_protobuf.CompressedImage_pb2 import CompressedImage
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
+from foxglove_schemas_protobuf.PoseInFrame_pb2 import PoseInFrame
+from foxglove_schemas_protobuf.RawImage_pb2 import RawImage
 from mcap.writer import LIBRARY_IDENTIFIER, CompressionType, Writer
 from mcap_protobuf.schema import register_schema
 
 from pipeline.media.framecode import FrameCode
-from pipeline.synth import layout
+from pipeline.synth import flavors, layout
+from pipeline.synth import ros2 as ros2_msgs
 from pipeline.synth.calibration import NS_PER_S, Calibration, proto_timestamp
-from pipeline.synth.encode import AnnexBEncoder, H264Settings
+from pipeline.synth.encode import AnnexBEncoder, H264Settings, HevcAnnexBEncoder, StillEncoder, raw_picture
+from pipeline.synth.flavors import Flavor
 from pipeline.synth.scene import SceneGenerator, yuv420p_buffer
 from pipeline.synth.streams import (
     ACTION_DELAY_NS,
@@ -71,6 +81,8 @@ class EpisodeMedia:
     # The frame index drawn into every frame (tests find frames by it); benchmarks that compare codecs turn
     # it off, since high-contrast blocks that change every frame are nothing a camera sees.
     frame_code: bool = True
+    flavor: str = "default"  # see pipeline.synth.flavors
+    pixel_encoding: str = "rgb8"  # raw flavors' pixel encoding (ROS name)
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,9 @@ class EpisodeTweaks:
     clock_jump_at_s: float | None = None
     clock_jump_ns: int = 0
     extra_channel_encoding: str | None = None
+    corrupt_image_camera: str | None = None  # this camera's picture at corrupt_image_frame is damaged
+    corrupt_image_frame: int = 0
+    rename_joints_at_s: float | None = None  # JointState names change from this time on (ROS flavors)
 
 
 @dataclass(frozen=True)
@@ -160,12 +175,90 @@ class _Channels:
         sid = self._schema(name, lambda: self._writer.register_schema(name, "jsonschema", data))
         self.ids[topic] = self._writer.register_channel(topic, "json", sid)
 
+    def ros2(self, topic: str, schema_name: str) -> None:
+        if topic in self._omit:
+            return
+        data = ros2_msgs.MSGDEFS[schema_name].encode()
+        sid = self._schema(schema_name, lambda: self._writer.register_schema(schema_name, "ros2msg", data))
+        self.ids[topic] = self._writer.register_channel(topic, "cdr", sid)
+
     def schemaless(self, topic: str, encoding: str) -> None:
         self.ids[topic] = self._writer.register_channel(topic, encoding, 0)
 
 
 # A message on its way to the writer: (log_time_ns, channel_id, sequence, payload).
 _Message = tuple[int, int, int, bytes]
+
+
+class _Pictures:
+    """Turns rendered yuv420p frames into a camera's pictures: video access units (which may come out
+    after their frame), still images or raw pixels, one per frame."""
+
+    def __init__(self, flavor: Flavor, media: EpisodeMedia, fps: Fraction) -> None:
+        self.flavor = flavor
+        self.media = media
+        self._video: AnnexBEncoder | None = None
+        self._still: StillEncoder | None = None
+        if flavor.camera == "video":
+            make = HevcAnnexBEncoder if flavor.format == "h265" else AnnexBEncoder
+            self._video = make(media.width, media.height, fps, media.h264)
+        elif flavor.camera == "image":
+            self._still = StillEncoder(media.width, media.height, flavor.format)
+
+    def add(self, yuv: np.ndarray, k: int) -> list[tuple[int, bytes, int]]:
+        """``(frame index, data, step)`` of what came out (step only for raw pixels)."""
+        if self._video is not None:
+            return [(u.pts, u.data, 0) for u in self._video.encode(yuv, pts=k)]
+        if self._still is not None:
+            return [(k, self._still.encode(yuv), 0)]
+        data, step = raw_picture(yuv, self.media.pixel_encoding, self.media.width, self.media.height)
+        return [(k, data, step)]
+
+    def flush(self) -> list[tuple[int, bytes, int]]:
+        return [(u.pts, u.data, 0) for u in self._video.flush()] if self._video is not None else []
+
+
+def _damage(flavor: Flavor, media: EpisodeMedia, data: bytes, step: int) -> tuple[bytes, int]:
+    """A corrupt picture: a still image cut at 60 % of its bytes (a frame lost mid-transfer), a raw picture
+    whose ``step`` claims one byte less than a row (a driver's stride bug)."""
+    if flavor.camera == "raw":
+        from pipeline.families import pixel_layout
+
+        pixel = pixel_layout(media.pixel_encoding)
+        assert pixel is not None
+        return data, media.width * pixel.bytes_per_pixel - 1
+    return data[: len(data) * 6 // 10], step
+
+
+def _envelope(
+    flavor: Flavor, camera: str, media: EpisodeMedia, stamp_ns: int, data: bytes, step: int
+) -> bytes:
+    """One camera message of the flavor's family around a picture."""
+    if flavor.ros2:
+        if flavor.camera == "video":
+            fields: dict[str, Any] = {
+                "timestamp": ros2_msgs.ros_time(stamp_ns), "frame_id": camera, "data": data,
+                "format": flavor.format,
+            }  # fmt: skip
+        elif flavor.camera == "image":
+            fields = {"header": ros2_msgs.header(stamp_ns, camera), "format": flavor.format, "data": data}
+        else:
+            fields = {
+                "header": ros2_msgs.header(stamp_ns, camera), "height": media.height, "width": media.width,
+                "encoding": media.pixel_encoding, "is_bigendian": 0, "step": step, "data": data,
+            }  # fmt: skip
+        return ros2_msgs.encoder(flavor.camera_schema())(fields)
+    stamp = proto_timestamp(stamp_ns)
+    if flavor.camera == "video":
+        msg: Any = CompressedVideo(timestamp=stamp, frame_id=camera, data=data, format=flavor.format)
+    elif flavor.camera == "image":
+        msg = CompressedImage(timestamp=stamp, frame_id=camera, data=data, format=flavor.format)
+    else:
+        msg = RawImage(
+            timestamp=stamp, frame_id=camera, width=media.width, height=media.height,
+            encoding=media.pixel_encoding, step=step, data=data,
+        )  # fmt: skip
+    return msg.SerializeToString()
 
 
 def _camera_messages(
@@ -176,24 +269,24 @@ def _camera_messages(
     frame_indices: np.ndarray,
     spec: EpisodeSpec,
     media: EpisodeMedia,
+    corrupt_frame: int | None = None,
 ) -> Iterator[_Message]:
-    """Render, encode and wrap one camera's frames; ``frame_indices`` are the frames the camera delivered."""
+    """Render, encode and wrap one camera's frames; ``frame_indices`` are the frames the camera delivered;
+    the picture of frame ``corrupt_frame`` (if any) is damaged (:func:`_damage`)."""
+    flavor = flavors.flavor(media.flavor)
     fps = Fraction(layout.CAMERA_RATE_HZ).limit_denominator(1001)
     scene = SceneGenerator(media.width, media.height, seed=spec.seed * 16 + camera_index)
-    encoder = AnnexBEncoder(media.width, media.height, fps, media.h264)
+    pictures = _Pictures(flavor, media, fps)
     buf = yuv420p_buffer(media.width, media.height)[0]
     row_of_frame = {int(k): row for row, k in enumerate(frame_indices)}
 
-    def wrap(units: list) -> Iterator[_Message]:
-        for unit in units:
-            row = row_of_frame[unit.pts]
-            msg = CompressedVideo(
-                timestamp=proto_timestamp(int(stream.stamps[row])),
-                frame_id=camera,
-                data=unit.data,
-                format=layout.VIDEO_FORMAT,
-            )
-            yield int(stream.log_times[row]), channel_id, int(stream.sequences[row]), msg.SerializeToString()
+    def wrap(made: list[tuple[int, bytes, int]]) -> Iterator[_Message]:
+        for k, data, step in made:
+            if k == corrupt_frame:
+                data, step = _damage(flavor, media, data, step)
+            row = row_of_frame[k]
+            payload = _envelope(flavor, camera, media, int(stream.stamps[row]), data, step)
+            yield int(stream.log_times[row]), channel_id, int(stream.sequences[row]), payload
 
     for k in frame_indices:
         k = int(k)
@@ -203,43 +296,61 @@ def _camera_messages(
             code=FrameCode(k, camera_index) if media.frame_code else None,
             out=buf,
         )
-        yield from wrap(encoder.encode(yuv, pts=k))
-    yield from wrap(encoder.flush())
+        yield from wrap(pictures.add(yuv, k))
+    yield from wrap(pictures.flush())
+
+
+def _state_values(stream: Stream, traj: Trajectory, spec: EpisodeSpec, rng) -> tuple[np.ndarray, ...]:
+    """Positions (rad), velocities (rad/s), efforts (N m) and gripper openings at the stream's stamps."""
+    t_s = (stream.stamps - spec.start_ns) / NS_PER_S
+    pos, vel, gripper = traj.at(t_s)
+    # Effort: a gravity-like term of the pose plus sensor noise, N m.
+    effort = 4.0 * np.sin(pos) + rng.normal(0.0, 0.05, pos.shape)
+    return np.round(pos, 6), np.round(vel, 6), np.round(effort, 6), np.round(gripper, 4)
+
+
+def _action_values(stream: Stream, traj: Trajectory, spec: EpisodeSpec, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Joint targets (rad) and gripper commands (0 or 1) at the stream's stamps."""
+    # The policy commands where the arm will be 50 ms later.
+    t_s = (stream.stamps - spec.start_ns) / NS_PER_S + 0.05
+    pos, _, gripper = traj.at(t_s)
+    targets = np.round(pos + rng.normal(0.0, 0.002, pos.shape), 6)
+    return targets, (gripper > 0.5).astype(float)
+
+
+def _messages(channel_id: int, stream: Stream, make: Callable[[int], bytes]) -> Iterator[_Message]:
+    for i in range(len(stream.stamps)):
+        yield int(stream.log_times[i]), channel_id, int(stream.sequences[i]), make(i)
 
 
 def _state_messages(
     channel_id: int, stream: Stream, traj: Trajectory, spec: EpisodeSpec, rng
 ) -> Iterator[_Message]:
-    t_s = (stream.stamps - spec.start_ns) / NS_PER_S
-    pos, vel, gripper = traj.at(t_s)
-    # Effort: a gravity-like term of the pose plus sensor noise, N m.
-    effort = 4.0 * np.sin(pos) + rng.normal(0.0, 0.05, pos.shape)
-    pos_l, vel_l, eff_l = (np.round(a, 6).tolist() for a in (pos, vel, effort))
-    grip_l = np.round(gripper, 4).tolist()
-    for i in range(len(stream.stamps)):
-        payload = _json(
+    pos, vel, effort, gripper = (a.tolist() for a in _state_values(stream, traj, spec, rng))
+
+    def make(i: int) -> bytes:
+        return _json(
             {
                 "stamp_ns": int(stream.stamps[i]),
-                "position": pos_l[i],
-                "velocity": vel_l[i],
-                "effort": eff_l[i],
-                "gripper": grip_l[i],
+                "position": pos[i],
+                "velocity": vel[i],
+                "effort": effort[i],
+                "gripper": gripper[i],
             }
         )
-        yield int(stream.log_times[i]), channel_id, int(stream.sequences[i]), payload
+
+    return _messages(channel_id, stream, make)
 
 
 def _action_messages(
     channel_id: int, stream: Stream, traj: Trajectory, spec: EpisodeSpec, rng
 ) -> Iterator[_Message]:
-    # The policy commands where the arm will be 50 ms later.
-    t_s = (stream.stamps - spec.start_ns) / NS_PER_S + 0.05
-    pos, _, gripper = traj.at(t_s)
-    targets = np.round(pos + rng.normal(0.0, 0.002, pos.shape), 6).tolist()
-    grip = (gripper > 0.5).astype(float).tolist()
-    for i in range(len(stream.stamps)):
-        payload = _json({"stamp_ns": int(stream.stamps[i]), "joint_targets": targets[i], "gripper": grip[i]})
-        yield int(stream.log_times[i]), channel_id, int(stream.sequences[i]), payload
+    targets, grip = (a.tolist() for a in _action_values(stream, traj, spec, rng))
+
+    def make(i: int) -> bytes:
+        return _json({"stamp_ns": int(stream.stamps[i]), "joint_targets": targets[i], "gripper": grip[i]})
+
+    return _messages(channel_id, stream, make)
 
 
 def _diagnostic_messages(channel_id: int, stream: Stream, rng) -> Iterator[_Message]:
@@ -250,11 +361,106 @@ def _diagnostic_messages(channel_id: int, stream: Stream, rng) -> Iterator[_Mess
         yield int(stream.log_times[i]), channel_id, int(stream.sequences[i]), payload
 
 
+@dataclass
+class _Robot:
+    """The state and action streams of a flavor: timing per topic, and what writes each topic."""
+
+    streams: dict[str, Stream]
+    writers: dict[str, Callable[[int], Iterator[_Message]]]  # topic -> (channel id -> messages)
+
+
+def _robot_streams(
+    flavor: Flavor, joints: Stream, actions: Stream, traj: Trajectory, spec: EpisodeSpec, payload_rng,
+    extra: dict[str, Stream], tweaks: EpisodeTweaks,
+) -> _Robot:  # fmt: skip
+    """The flavor's state and action topics (see :mod:`pipeline.synth.flavors`)."""
+    streams = {layout.JOINT_STATE_TOPIC: joints, **extra}
+    writers: dict[str, Callable[[int], Iterator[_Message]]] = {}
+    if not flavor.ros2:
+        streams[layout.ACTION_TOPIC] = actions
+        writers[layout.JOINT_STATE_TOPIC] = lambda cid: _state_messages(cid, joints, traj, spec, payload_rng)
+        writers[layout.ACTION_TOPIC] = lambda cid: _action_messages(cid, actions, traj, spec, payload_rng)
+        if flavors.EE_POSE_TOPIC in extra:
+            pose = extra[flavors.EE_POSE_TOPIC]
+            pose_pos = traj.at((pose.stamps - spec.start_ns) / NS_PER_S)[0]
+            writers[flavors.EE_POSE_TOPIC] = lambda cid: _messages(
+                cid, pose, flavors.foxglove_pose(pose.stamps, pose_pos)
+            )
+        return _Robot(streams, writers)
+    streams[flavors.JOINT_COMMAND_TOPIC] = actions
+    pos, vel, effort, gripper = _state_values(joints, traj, spec, payload_rng)
+    targets, grip = _action_values(actions, traj, spec, payload_rng)
+    rename_from = None
+    if tweaks.rename_joints_at_s is not None:
+        at_ns = spec.start_ns + int(tweaks.rename_joints_at_s * NS_PER_S)
+        rename_from = int(np.searchsorted(joints.stamps, at_ns))
+
+    def cdr(schema: str, make: Callable[[int], dict[str, Any]]) -> Callable[[int], bytes]:
+        encode = ros2_msgs.encoder(schema)
+        return lambda i: encode(make(i))
+
+    def at(topic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return traj.at((extra[topic].stamps - spec.start_ns) / NS_PER_S)
+
+    pose, twist = extra[flavors.EE_POSE_TOPIC], extra[flavors.EE_TWIST_TOPIC]
+    grip_stream = extra[flavors.GRIPPER_COMMAND_TOPIC]
+    grip_cmd = (traj.at((grip_stream.stamps - spec.start_ns) / NS_PER_S)[2] > 0.5).astype(float)
+    makers = {
+        layout.JOINT_STATE_TOPIC: (
+            joints,
+            cdr(
+                ros2_msgs.JOINT_STATE,
+                flavors.ros2_joint_state(joints.stamps, pos, vel, effort, gripper, rename_from),
+            ),
+        ),
+        flavors.EE_POSE_TOPIC: (
+            pose,
+            cdr(ros2_msgs.POSE_STAMPED, flavors.ros2_pose(pose.stamps, at(flavors.EE_POSE_TOPIC)[0])),
+        ),
+        flavors.JOINT_COMMAND_TOPIC: (
+            actions,
+            cdr(ros2_msgs.FLOAT64_MULTI_ARRAY, flavors.ros2_joint_command(targets, grip)),
+        ),
+        flavors.EE_TWIST_TOPIC: (
+            twist,
+            cdr(ros2_msgs.TWIST_STAMPED, flavors.ros2_twist(twist.stamps, at(flavors.EE_TWIST_TOPIC)[1])),
+        ),
+        flavors.GRIPPER_COMMAND_TOPIC: (
+            grip_stream,
+            cdr(ros2_msgs.GRIPPER_COMMAND, flavors.ros2_gripper(grip_stream.stamps, grip_cmd)),
+        ),
+    }
+    for topic, (stream, make) in makers.items():
+        writers[topic] = functools.partial(_bound_messages, stream, make)
+    return _Robot(streams, writers)
+
+
+def _bound_messages(stream: Stream, make: Callable[[int], bytes], channel_id: int) -> Iterator[_Message]:
+    return _messages(channel_id, stream, make)
+
+
+#: The CDR schema of each state and action topic of the ROS flavors.
+ROS2_SERIES_SCHEMAS: dict[str, str] = {
+    layout.JOINT_STATE_TOPIC: ros2_msgs.JOINT_STATE,
+    flavors.EE_POSE_TOPIC: ros2_msgs.POSE_STAMPED,
+    flavors.JOINT_COMMAND_TOPIC: ros2_msgs.FLOAT64_MULTI_ARRAY,
+    flavors.EE_TWIST_TOPIC: ros2_msgs.TWIST_STAMPED,
+    flavors.GRIPPER_COMMAND_TOPIC: ros2_msgs.GRIPPER_COMMAND,
+}
+#: Rates of the extra streams of the non-default flavors.
+EXTRA_RATES_HZ: dict[str, float] = {
+    flavors.EE_POSE_TOPIC: flavors.EE_POSE_RATE_HZ,
+    flavors.EE_TWIST_TOPIC: flavors.EE_TWIST_RATE_HZ,
+    flavors.GRIPPER_COMMAND_TOPIC: flavors.GRIPPER_COMMAND_RATE_HZ,
+}
+
+
 def write_episode(
     path: Path, spec: EpisodeSpec, media: EpisodeMedia, tweaks: EpisodeTweaks | None = None
 ) -> EpisodeResult:
     """Write one episode to ``path`` (via a temporary name, so a crash leaves no half file)."""
     tweaks = tweaks or EpisodeTweaks()
+    flavor = flavors.flavor(media.flavor)
     rng = np.random.default_rng([spec.seed, 0xE915])
     details: dict[str, object] = {}
     cameras = {
@@ -272,6 +478,12 @@ def write_episode(
     diagnostics = timing(rng, spec.start_ns, DIAGNOSTICS_RATE_HZ, spec.seconds, 0, JOINT_DELAY_NS)
     traj = Trajectory.draw(rng)
     payload_rng = np.random.default_rng([spec.seed, 0xDA7A])
+    # the extra streams are drawn after everything the default flavor draws: its bytes stay as they were
+    extra_topics = [t for t in (*flavor.state_topics, *flavor.action_topics) if t in EXTRA_RATES_HZ]
+    extra = {
+        t: timing(rng, spec.start_ns, EXTRA_RATES_HZ[t], spec.seconds, JOINT_STAMP_JITTER_NS, JOINT_DELAY_NS)
+        for t in extra_topics
+    }
 
     frames = {camera: np.arange(len(s.stamps)) for camera, s in cameras.items()}
     if tweaks.drop_camera is not None:
@@ -288,7 +500,7 @@ def write_episode(
             stream.stamps[keep], stream.log_times[keep], stream.sequences[keep]
         )
         details.update(
-            camera_topic=layout.camera_topic(tweaks.drop_camera),
+            camera_topic=flavor.camera_topic(tweaks.drop_camera),
             frames_expected=expected,
             frames_dropped=dropped,
             drop_fraction=dropped / expected,
@@ -303,9 +515,26 @@ def write_episode(
         at_ns = spec.start_ns + int(tweaks.clock_jump_at_s * NS_PER_S)
         moved = sum(
             apply_clock_jump(s, at_ns, tweaks.clock_jump_ns)
-            for s in (*cameras.values(), joints, actions, diagnostics)
+            for s in (*cameras.values(), joints, actions, diagnostics, *extra.values())
         )
         details.update(clock_jump_at_ns=at_ns, clock_jump_ns=tweaks.clock_jump_ns, messages_after_jump=moved)
+    corrupt_frame = None
+    if tweaks.corrupt_image_camera is not None:
+        if flavor.camera == "video":
+            raise ValueError(f"flavor {flavor.name} has video cameras: no picture stands alone to corrupt")
+        corrupt_frame = int(frames[tweaks.corrupt_image_camera][tweaks.corrupt_image_frame])
+        details.update(
+            camera_topic=flavor.camera_topic(tweaks.corrupt_image_camera),
+            corrupt_frame=tweaks.corrupt_image_frame,
+            damage="row step one byte short of a row"
+            if flavor.camera == "raw"
+            else "cut at 60 % of its bytes",
+        )
+    if tweaks.rename_joints_at_s is not None:
+        if not flavor.ros2:
+            raise ValueError(f"flavor {flavor.name} has no named joints to rename")
+        details.update(renamed_joint=list(flavors.RENAMED_JOINT), renamed_at_s=tweaks.rename_joints_at_s)
+    robot = _robot_streams(flavor, joints, actions, traj, spec, payload_rng, extra, tweaks)
 
     if tweaks.omit_topics:
         details.update(omitted_topics=sorted(tweaks.omit_topics))
@@ -315,16 +544,29 @@ def write_episode(
     first_ns = last_ns = None
     with open(tmp, "wb") as fh:
         writer = Writer(fh, chunk_size=media.chunk_size_bytes, compression=_COMPRESSION[media.compression])
-        writer.start(profile="", library=LIBRARY)
+        writer.start(profile="ros2" if flavor.ros2 else "", library=LIBRARY)
         channels = _Channels(writer, tweaks.omit_topics)
+        if not flavor.ros2:  # a ROS fleet's calibrations come from the sidecar
+            for camera in layout.CAMERA_NAMES:
+                channels.protobuf(layout.calibration_topic(camera), CameraCalibration)
         for camera in layout.CAMERA_NAMES:
-            channels.protobuf(layout.calibration_topic(camera), CameraCalibration)
-        for camera in layout.CAMERA_NAMES:
-            channels.protobuf(layout.camera_topic(camera), CompressedVideo)
-        channels.json(
-            layout.JOINT_STATE_TOPIC, layout.JOINT_STATE_SCHEMA_NAME, layout.JOINT_STATE_JSON_SCHEMA
-        )
-        channels.json(layout.ACTION_TOPIC, layout.ACTION_SCHEMA_NAME, layout.ACTION_JSON_SCHEMA)
+            topic = flavor.camera_topic(camera)
+            if flavor.ros2:
+                channels.ros2(topic, flavor.camera_schema())
+            else:
+                channels.protobuf(
+                    topic,
+                    {"video": CompressedVideo, "image": CompressedImage, "raw": RawImage}[flavor.camera],
+                )
+        for topic in robot.writers:
+            if flavor.ros2:
+                channels.ros2(topic, ROS2_SERIES_SCHEMAS[topic])
+            elif topic == layout.JOINT_STATE_TOPIC:
+                channels.json(topic, layout.JOINT_STATE_SCHEMA_NAME, layout.JOINT_STATE_JSON_SCHEMA)
+            elif topic == layout.ACTION_TOPIC:
+                channels.json(topic, layout.ACTION_SCHEMA_NAME, layout.ACTION_JSON_SCHEMA)
+            else:
+                channels.protobuf(topic, PoseInFrame)
         if tweaks.extra_channel_encoding is not None:
             channels.schemaless(layout.DIAGNOSTICS_TOPIC, tweaks.extra_channel_encoding)
             details.update(topic=layout.DIAGNOSTICS_TOPIC, message_encoding=tweaks.extra_channel_encoding)
@@ -340,15 +582,17 @@ def write_episode(
                 calib_msgs.append((spec.start_ns, ids[topic], 0, msg.SerializeToString()))
         sources.append(iter(calib_msgs))
         for index, camera in enumerate(layout.CAMERA_NAMES):
-            topic = layout.camera_topic(camera)
+            topic = flavor.camera_topic(camera)
             if topic in ids:
+                damaged = corrupt_frame if camera == tweaks.corrupt_image_camera else None
                 sources.append(
-                    _camera_messages(ids[topic], camera, index, cameras[camera], frames[camera], spec, media)
+                    _camera_messages(
+                        ids[topic], camera, index, cameras[camera], frames[camera], spec, media, damaged
+                    )
                 )
-        if layout.JOINT_STATE_TOPIC in ids:
-            sources.append(_state_messages(ids[layout.JOINT_STATE_TOPIC], joints, traj, spec, payload_rng))
-        if layout.ACTION_TOPIC in ids:
-            sources.append(_action_messages(ids[layout.ACTION_TOPIC], actions, traj, spec, payload_rng))
+        for topic, write in robot.writers.items():
+            if topic in ids:
+                sources.append(write(ids[topic]))
         if layout.DIAGNOSTICS_TOPIC in ids:
             sources.append(_diagnostic_messages(ids[layout.DIAGNOSTICS_TOPIC], diagnostics, payload_rng))
 

@@ -49,8 +49,10 @@ def timing(
     count = max(1, math.floor(seconds * rate_hz))
     period_ns = NS_PER_S / rate_hz
     phase_ns = rng.uniform(0.0, period_ns)
-    nominal = start_ns + phase_ns + np.arange(count) * period_ns
-    stamps = (nominal + rng.uniform(-jitter_ns, jitter_ns, count)).astype(np.int64)
+    # Offsets from the start in float64 (exact to well under a ns over hours), the epoch added as an integer:
+    # a double at 1.7e18 ns holds only every 256th ns, so stamps computed as one float came out rounded.
+    offsets = phase_ns + np.arange(count) * period_ns + rng.uniform(-jitter_ns, jitter_ns, count)
+    stamps = np.int64(start_ns) + offsets.astype(np.int64)
     delays = delay_ns[0] + rng.uniform(0.0, delay_ns[1], count)
     return Stream(stamps, stamps + delays.astype(np.int64), np.arange(count, dtype=np.int64))
 

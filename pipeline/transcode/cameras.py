@@ -1,4 +1,5 @@
-"""Re-encode one camera: decode the source's H.264 access units, scale, encode per profile.
+"""Re-encode one camera: decode the source's pictures (any family of :mod:`pipeline.families`: video access
+units, still images, raw pixels), scale, encode per profile.
 
 :func:`encode_camera` is a plain function of picklable values so that cameras can be encoded in separate
 processes (the step's ``resources.cpus`` sets how many); the bytes it returns depend only on its input.
@@ -17,8 +18,10 @@ from typing import TypeVar, cast
 
 import av
 from av.video.codeccontext import VideoCodecContext
+from av.video.reformatter import ColorRange, Colorspace
 
 from pipeline.enums import ReasonCode
+from pipeline.families import CameraFrames, MessageFamilyError
 from pipeline.media.x264 import X264_THREADS
 from pipeline.transcode.bitstream import unit_letter
 from pipeline.transcode.errors import TranscodeInputError
@@ -39,10 +42,10 @@ SCALE_INTERPOLATION = "AREA"
 
 @dataclass(frozen=True)
 class CameraJob:
-    """One camera's source access units (decode order) and how to re-encode them."""
+    """One camera's source pictures (decode order) and how to re-encode them."""
 
     name: str
-    units: tuple[bytes, ...]
+    frames: CameraFrames
     rate: Fraction
     settings: EncoderSettings
 
@@ -152,6 +155,32 @@ def make_encoder(width: int, height: int, rate: Fraction, settings: EncoderSetti
     return encoder
 
 
+def encoder_picture(frame: av.VideoFrame, width: int, height: int) -> av.VideoFrame:
+    """``frame`` as the encoder takes it: ``width`` x ``height``, limited-range yuv420p.
+
+    The range is asked for, not left to swscale: given a full-range source (a JPEG's yuvj420p, or a PNG
+    decoder's RGB, which FFmpeg tags full range) it otherwise writes full-range samples into a frame the
+    encoder labels limited range, and every player stretches the contrast (measured: mean luma error 8.7
+    levels instead of 1.1 on the synthetic scene).
+    """
+    if (
+        (frame.width, frame.height) == (width, height)
+        and frame.format.name == "yuv420p"
+        and frame.color_range != ColorRange.JPEG
+    ):
+        return frame  # nothing to convert: skip the copy
+    return frame.reformat(
+        width=width,
+        height=height,
+        format="yuv420p",
+        interpolation=SCALE_INTERPOLATION,
+        # and the matrix named: a PNG decoder tags its RGB frames with the RGB "colorspace", which a
+        # reformat otherwise copies onto the yuv420p frame; BT.601 is what swscale converts RGB with
+        dst_colorspace=Colorspace.ITU601,
+        dst_color_range=ColorRange.MPEG,
+    )
+
+
 def timestamp(item: av.Packet | av.VideoFrame) -> int:
     """The pts of a packet or frame we stamped ourselves (always set)."""
     if item.pts is None:
@@ -168,6 +197,14 @@ def _wrap(packets: Sequence[av.Packet], source_of: Sequence[int], codec: str) ->
     return out
 
 
+def _decoded(job: CameraJob) -> Iterator[av.VideoFrame]:
+    """The camera's pictures, a picture a message family refuses raised as the transcode's own error."""
+    try:
+        yield from job.frames.decode(what=f"camera {job.name}")
+    except MessageFamilyError as exc:
+        raise TranscodeInputError(exc.code, exc.detail) from None
+
+
 def encode_camera(job: CameraJob) -> EncodedCamera:
     """Decode, scale (to ``max_pixels``) and re-encode one camera's stream; output units in decode order."""
     encoder = None
@@ -176,23 +213,18 @@ def encode_camera(job: CameraJob) -> EncodedCamera:
     # Encoder timestamps are presentation ordinals (x264 wants them rising); this maps them back to the
     # source unit each frame came from (different when the source itself had B-frames).
     source_of: list[int] = []
-    for frame in prefetched(decode_units(job.units, what=f"camera {job.name}")):
+    for frame in prefetched(_decoded(job)):
         if encoder is None:
             source_width, source_height = frame.width, frame.height
             width, height = fit_size(frame.width, frame.height, job.settings.max_pixels)
             encoder = make_encoder(width, height, job.rate, job.settings)
         if (frame.width, frame.height) != (source_width, source_height):
             raise TranscodeInputError(
-                ReasonCode.DECODE_ERROR,
+                ReasonCode.RESOLUTION_OUT_OF_BOUNDS,
                 f"camera {job.name}: frame {frame.pts} is {frame.width}x{frame.height}, the stream started "
                 f"at {source_width}x{source_height}; a size change mid-stream is not supported",
             )
-        if (frame.width, frame.height) == (width, height) and frame.format.name == "yuv420p":
-            out = frame  # nothing to convert: skip the copy
-        else:
-            out = frame.reformat(
-                width=width, height=height, format="yuv420p", interpolation=SCALE_INTERPOLATION
-            )
+        out = encoder_picture(frame, width, height)
         source_of.append(timestamp(frame))
         out.pts = len(source_of) - 1
         out.time_base = encoder.time_base

@@ -7,6 +7,11 @@ for cameras one GOP of every camera, so chunks are cut at GOP boundaries. A grou
 order; feeding one group after the other (:meth:`GroupedWriter.close_group` between them) keeps each
 group's chunks contiguous, feeding them interleaved by time interleaves the groups' chunks.
 
+Two things the stock writer leaves out by default are asked of it: the data section's CRC (the DataEnd
+record otherwise says 0, "not computed", and a reader cannot check the bytes between the chunks) and one
+Schema record per distinct schema (three calibration topics of one type share a schema; registered per
+topic, the schema would be stored three times).
+
 Compression is per group (video does not compress, JSON state does). The stock writer takes one
 compression for the whole file, so the group's compression is set on it before each flush; the guard in
 :class:`GroupedWriter` fails loudly if a future ``mcap`` release renames that attribute.
@@ -82,6 +87,7 @@ class GroupedWriter:
         self._groups = dict(groups)
         self._buffers = {name: _Buffer() for name in groups}
         self._library = library
+        self._schema_ids: dict[tuple[str, str, bytes], int] = {}
         self.chunks: list[ChunkRecord] = []
 
     @property
@@ -93,7 +99,11 @@ class GroupedWriter:
         self._writer.start(profile=profile, library=self._library)
 
     def register_schema(self, name: str, encoding: str, data: bytes) -> int:
-        return self._writer.register_schema(name=name, encoding=encoding, data=data)
+        """The id of this schema in the file: registered on first use, the same id for the same schema."""
+        key = (name, encoding, bytes(data))
+        if key not in self._schema_ids:
+            self._schema_ids[key] = self._writer.register_schema(name=name, encoding=encoding, data=data)
+        return self._schema_ids[key]
 
     def register_channel(
         self, topic: str, message_encoding: str, schema_id: int, metadata: Mapping[str, str] | None = None

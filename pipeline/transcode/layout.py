@@ -29,6 +29,18 @@ GROUP_KEY: Final = "sluice.group"
 SOURCE_TOPIC_KEY: Final = "sluice.source_topic"
 RESAMPLE_RATE_KEY: Final = "sluice.resample_rate_hz"
 INTERPOLATION_KEY: Final = "sluice.interpolation"
+#: JSON list of the entry names of a resampled stream's vectors (``JointState.name``), when it has them.
+NAMES_KEY: Final = "sluice.names"
+
+#: Every resampled record's time, exactly, as ``{"sec": s, "nsec": n}`` (Foxglove's JSON time). A JSON
+#: reader whose numbers are doubles (JavaScript's ``JSON.parse``) rounds integers above 2^53 (9.0e15),
+#: and ns since the epoch are 1.7e18: ``stamp_ns`` read there may be off by up to 128 ns; sec and nsec
+#: are both below 2^32. The MCAP log and publish times (uint64 records) carry the same instant.
+RESAMPLED_TIME_KEY: Final = "sluice_stamp"
+#: The integer-ns stamp a resampled record gets when its source record had no stamp field of its own.
+RESAMPLED_STAMP_KEY: Final = "stamp_ns"
+#: Schema name prefix of the JSON records a non-JSON (CDR, protobuf) source's stream is resampled into.
+RESAMPLED_SCHEMA_PREFIX: Final = "sluice.resampled/"
 
 #: Resampled streams live beside the native ones: ``/robot/joint_states`` -> ``/robot/joint_states/resampled``.
 RESAMPLED_SUFFIX: Final = "/resampled"

@@ -34,7 +34,7 @@ from pipeline.config import QualityPost
 from pipeline.enums import CheckStatus, ReasonCode
 from pipeline.transcode import layout
 from pipeline.transcode.bitstream import unit_info
-from pipeline.transcode.cameras import SCALE_INTERPOLATION, decode_units, timestamp
+from pipeline.transcode.cameras import decode_units, encoder_picture, timestamp
 from pipeline.transcode.errors import TranscodeInputError
 from pipeline.transcode.h264 import coder_mismatch, frame_letter
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
@@ -218,7 +218,7 @@ def _video_checks(
                 (ReasonCode.DECODE_ERROR, f"camera {camera.name}: {len(pict_types)} of {n} units decode"),
             )
         # frame count and stamps
-        source_n = len(camera.units)
+        source_n = camera.frame_count
         stamps = set(camera.stamps_ns)
         foreign = [p for p in got.pts_ns if p not in stamps]
         count_obs[camera.name] = {"source": source_n, "output": n, "foreign_stamps": len(foreign)}
@@ -292,14 +292,12 @@ def _video_checks(
         wanted = {index_of[got.pts_ns[p]]: p for p in out_luma if got.pts_ns[p] in index_of}
         values = []
         if size is not None and wanted:
-            for frame in decode_units(camera.units, what=f"source camera {camera.name}"):
+            for frame in camera.frames.decode(what=f"source camera {camera.name}"):
                 p = wanted.get(timestamp(frame))
                 if p is None:
                     continue
-                if (frame.width, frame.height) != size:
-                    frame = frame.reformat(
-                        width=size[0], height=size[1], format="yuv420p", interpolation=SCALE_INTERPOLATION
-                    )
+                # the source as the encoder was given it: scaled, limited-range yuv420p
+                frame = encoder_picture(frame, *size)
                 values.append(psnr_db(luma(frame), out_luma[p]))
         if values:
             psnr_obs[camera.name] = {

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 from google.protobuf.timestamp_pb2 import Timestamp
 from mcap.reader import make_reader
-from mcap_protobuf.schema import register_schema
+from mcap_protobuf.schema import build_file_descriptor_set
 
 from pipeline.config import StampSource, TopicContract, TranscodeOptions, VendorConfig
 from pipeline.enums import ReasonCode, SourceKind
@@ -32,7 +32,7 @@ from pipeline.transcode.groupwriter import GroupedWriter, GroupSpec, OutMessage
 from pipeline.transcode.h264 import KEY_LETTERS
 from pipeline.transcode.profiles import FOXGLOVE_FORMATS, EncoderSettings
 from pipeline.transcode.publish import publish, sha256_file, staged
-from pipeline.transcode.resample import Resampled, clean_series, grid, resample
+from pipeline.transcode.resample import NS_PER_S, Resampled, clean_series, grid, resample
 from pipeline.transcode.source import SourceCamera, SourceEpisode, read_source
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def transcode_episode(
     started = time.perf_counter()
     episode = read_source(source, config.contract, config.truth)
     settings = EncoderSettings.from_options(config.options)
-    jobs = [CameraJob(c.name, tuple(c.units), c.rate, settings) for c in episode.cameras]
+    jobs = [CameraJob(c.name, c.frames, c.rate, settings) for c in episode.cameras]
     if executor is not None:
         hands = deal(range(len(jobs)), executor_workers or len(jobs))
         futures = [executor.submit(encode_cameras, [jobs[k] for k in hand]) for hand in hands]
@@ -136,7 +136,7 @@ def transcode_episode(
         CameraSummary(
             name=cam.name,
             topic=src.topic,
-            source_frames=len(src.units),
+            source_frames=src.frame_count,
             frames=len(cam.units),
             width=cam.width,
             height=cam.height,
@@ -302,7 +302,11 @@ def _add_cameras(
     counts: dict[str, int],
 ) -> None:
     """A ``foxglove.CompressedVideo`` channel per camera; a unit per camera per GOP."""
-    video_schema = register_schema(writer.writer, CompressedVideo)
+    video_schema = writer.register_schema(
+        CompressedVideo.DESCRIPTOR.full_name,
+        "protobuf",
+        build_file_descriptor_set(CompressedVideo).SerializeToString(),
+    )
     for src, cam in zip(episode.cameras, encoded, strict=True):
         channel = writer.register_channel(
             src.topic,
@@ -324,25 +328,83 @@ def _add_resampled(
     units: _Units,
     counts: dict[str, int],
 ) -> None:
-    """A channel per resampled stream (rate and interpolation in its metadata); a unit per record."""
+    """A JSON channel per resampled stream (rate, interpolation and entry names in its metadata); a unit
+    per record.
+
+    A JSON source keeps its schema; any other source (CDR, protobuf) gets a JSON schema of the record.
+    Every record carries its grid instant exactly for JSON readers whose numbers are doubles (see
+    :data:`layout.RESAMPLED_TIME_KEY`), and ``stamp_ns`` when the source record had no stamp field.
+    """
     for r in resampled:
         source_channel = episode.channels[r.topic]
         topic = layout.resampled_topic(r.topic)
-        channel = writer.register_channel(
-            topic,
-            source_channel.message_encoding,
-            schema_ids[r.topic],
-            {
-                layout.GROUP_KEY: layout.GROUP_PROPRIO,
-                layout.SOURCE_TOPIC_KEY: r.topic,
-                layout.RESAMPLE_RATE_KEY: repr(rate_hz),  # round-trips exactly
-                layout.INTERPOLATION_KEY: json.dumps(r.methods, sort_keys=True),
-            },
-        )
-        counts[topic] = len(r.records)
-        for seq, (stamp, record) in enumerate(zip(r.stamps_ns.tolist(), r.records, strict=True)):
+        stamp_field = _stamp_field(episode, r.topic)
+        records = [
+            _timed(record, stamp, stamp_field)
+            for stamp, record in zip(r.stamps_ns.tolist(), r.records, strict=True)
+        ]
+        if source_channel.message_encoding == "json":
+            schema_id = schema_ids[r.topic]
+        else:
+            source_schema = episode.schemas.get(r.topic)
+            name = f"{layout.RESAMPLED_SCHEMA_PREFIX}{source_schema.name if source_schema else r.topic}"
+            schema_id = writer.register_schema(name, "jsonschema", _json_schema(name, records))
+        metadata = {
+            layout.GROUP_KEY: layout.GROUP_PROPRIO,
+            layout.SOURCE_TOPIC_KEY: r.topic,
+            layout.RESAMPLE_RATE_KEY: repr(rate_hz),  # round-trips exactly
+            layout.INTERPOLATION_KEY: json.dumps(r.methods, sort_keys=True),
+        }
+        if r.topic in episode.names:
+            metadata[layout.NAMES_KEY] = json.dumps(episode.names[r.topic])
+        channel = writer.register_channel(topic, "json", schema_id, metadata)
+        counts[topic] = len(records)
+        for seq, (stamp, record) in enumerate(zip(r.stamps_ns.tolist(), records, strict=True)):
             message = OutMessage(channel, stamp, stamp, _json_bytes(record), seq)
             units.add(stamp, layout.GROUP_PROPRIO, [message])
+
+
+def _stamp_field(episode: SourceEpisode, topic: str) -> str | None:
+    series = next(s for s in (*episode.state, *episode.actions) if s.topic == topic)
+    return series.stamp_field
+
+
+def _timed(record: dict[str, Any], stamp_ns: int, stamp_field: str | None) -> dict[str, Any]:
+    out = dict(record)
+    if stamp_field is None:
+        out[layout.RESAMPLED_STAMP_KEY] = stamp_ns
+    sec, nsec = divmod(stamp_ns, NS_PER_S)
+    out[layout.RESAMPLED_TIME_KEY] = {"sec": sec, "nsec": nsec}
+    return out
+
+
+def _json_schema(title: str, records: Sequence[dict[str, Any]]) -> bytes:
+    """A JSON schema of resampled records (numbers, vectors of numbers, the exact time object)."""
+    properties: dict[str, Any] = {}
+    for name, value in (records[0] if records else {}).items():
+        if name == layout.RESAMPLED_TIME_KEY:
+            properties[name] = {
+                "type": "object",
+                "description": "the record's time, exactly: sec + nsec / 1e9 since the epoch",
+                "properties": {"sec": {"type": "integer"}, "nsec": {"type": "integer"}},
+            }
+        elif isinstance(value, list):
+            properties[name] = {"type": "array", "items": {"type": "number"}}
+        elif isinstance(value, bool):
+            properties[name] = {"type": "boolean"}
+        elif isinstance(value, int):
+            properties[name] = {"type": "integer"}
+        elif isinstance(value, float):
+            properties[name] = {"type": "number"}
+        else:
+            properties[name] = {}
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": title,
+        "type": "object",
+        "properties": properties,
+    }
+    return json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _add_native(
@@ -404,7 +466,9 @@ def _write_metadata(
                     "source_width": cam.source_width,
                     "source_height": cam.source_height,
                     "frames": len(cam.units),
-                    "source_frames": len(src.units),
+                    "source_frames": src.frame_count,
+                    "source_family": src.family,
+                    "source_format": src.frames.format,
                 }
                 for src, cam in zip(episode.cameras, encoded, strict=True)
             },

@@ -1,44 +1,61 @@
-"""Read a source robot log into what the transcode needs: camera access units with their stamps, the
-state and action streams as series, every other message as it is, and the log's metadata records."""
+"""Read a source robot log into what the transcode needs: each camera's pictures with their stamps, the
+state and action streams as series, every other message as it is, and the log's metadata records.
+
+Any message family of :mod:`pipeline.families` is read, decoded with the schema in the file: cameras as
+video access units, still images or raw pictures; state and actions as records of numeric fields.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
-from google.protobuf.message import DecodeError as ProtobufDecodeError
 from mcap.reader import make_reader
 from mcap.records import Channel, Message, Schema
 
-from pipeline.config import StampSource, TopicContract
+from pipeline.config import CameraSpec, SeriesSpec, StampSource, TopicContract
 from pipeline.enums import ReasonCode
+from pipeline.families import (
+    CAMERA_FAMILIES,
+    CameraFamily,
+    CameraFrames,
+    FrameKind,
+    FramePayload,
+    MessageFamilyError,
+    RawLayout,
+    SeriesReader,
+    camera_family,
+    read_payload,
+)
 from pipeline.mcaplog import iter_messages
-from pipeline.mcaplog.exceptions import McapInputError
+from pipeline.mcaplog.decode import decoder_for, stamp_ns
+from pipeline.mcaplog.exceptions import DecodeError, McapInputError
 from pipeline.transcode.errors import TranscodeInputError
 from pipeline.transcode.profiles import frame_rate
 from pipeline.transcode.resample import Series
 
 log = logging.getLogger(__name__)
 
-VIDEO_SCHEMA = "foxglove.CompressedVideo"
-H264_FORMAT = "h264"
-
 
 @dataclass
 class SourceCamera:
-    """One camera: access units in file (decode) order and the truth stamp of each."""
+    """One camera: its pictures in decode order and the truth stamp of each."""
 
     name: str
     topic: str
     rate: Fraction
+    frames: CameraFrames
+    family: str = ""
     stamps_ns: list[int] = field(default_factory=list)
-    units: list[bytes] = field(default_factory=list)
+
+    @property
+    def frame_count(self) -> int:
+        return self.frames.count
 
 
 @dataclass(frozen=True)
@@ -61,109 +78,231 @@ class SourceEpisode:
     schemas: dict[str, Schema | None]  # topic -> schema of the native channels
     channels: dict[str, Channel]  # topic -> channel of every source channel
     metadata: dict[str, dict[str, str]]
+    names: dict[str, list[str]] = field(default_factory=dict)  # series topic -> its vectors' entry names
 
 
-def _truth_stamp(truth: StampSource, decoded_stamp: int | None, message: Message, topic: str) -> int:
-    if truth is StampSource.LOG_TIME:
+def _truth_stamp(
+    truth: StampSource, stamp_field: str | None, decoded: Any, message: Message, topic: str
+) -> int:
+    """The message's stamp on the episode's clock: the payload's stamp under ``hardware`` truth (its log
+    time when the type has no stamp field), or the MCAP log or publish time."""
+    if truth is StampSource.LOG_TIME or (truth is StampSource.HARDWARE and stamp_field is None):
         return message.log_time
     if truth is StampSource.PUBLISH_TIME:
         return message.publish_time
-    if decoded_stamp is None:
+    assert stamp_field is not None
+    value = stamp_ns(decoded, stamp_field)
+    if value is None:
         raise TranscodeInputError(
-            ReasonCode.CONTAINER_ERROR, f"{topic}: message at log time {message.log_time} has no stamp"
+            ReasonCode.CONTAINER_ERROR,
+            f"{topic}: message at log time {message.log_time} has no stamp at {stamp_field!r}",
         )
-    return decoded_stamp
+    return value
+
+
+class _Decoders:
+    """One payload decoder per channel, from the schema in the file."""
+
+    def __init__(self) -> None:
+        self._by_channel: dict[int, Callable[[bytes], Any]] = {}
+
+    def decode(self, schema: Schema | None, channel: Channel, message: Message) -> Any:
+        decoder = self._by_channel.get(channel.id)
+        if decoder is None:
+            try:
+                found = decoder_for(schema, channel.message_encoding)
+            except DecodeError as exc:
+                raise TranscodeInputError(ReasonCode.DECODE_ERROR, f"{channel.topic}: {exc}") from None
+            if found is None:
+                raise TranscodeInputError(
+                    ReasonCode.UNSUPPORTED_ENCODING,
+                    f"{channel.topic}: no decoder for message encoding {channel.message_encoding!r} with "
+                    f"schema encoding {schema.encoding if schema else None!r}",
+                )
+            decoder = self._by_channel[channel.id] = found
+        try:
+            return decoder(message.data)
+        except DecodeError as exc:
+            raise TranscodeInputError(
+                ReasonCode.DECODE_ERROR, f"{channel.topic}: message at log time {message.log_time}: {exc}"
+            ) from None
+
+
+class _CameraReader:
+    """Collects one camera's pictures and stamps while the log is read."""
+
+    def __init__(self, spec: CameraSpec, path: Path) -> None:
+        self.spec = spec
+        self.path = path
+        self.family: CameraFamily | None = None
+        self.stamps: list[int] = []
+        self.payloads: list[FramePayload] = []
+        self.raw: RawLayout | None = None
+        self.format: str | None = None
+
+    def add(self, schema: Schema | None, decoded: Any, stamp: int) -> None:
+        assert self.family is not None
+        index = len(self.stamps)
+        payload = read_payload(self.family, decoded, frame=index, what=self.spec.topic)
+        if self.format is None:
+            self.format = payload.format
+        elif payload.format != self.format:
+            raise TranscodeInputError(
+                ReasonCode.UNSUPPORTED_ENCODING,
+                f"{self.spec.topic}: frame {index} is {payload.format}, the stream started as {self.format}",
+            )
+        self.stamps.append(stamp)
+        if payload.raw is None:
+            self.payloads.append(payload)
+            return
+        if self.raw is None:
+            self.raw = payload.raw
+        elif (payload.raw.width, payload.raw.height) != (self.raw.width, self.raw.height):
+            raise TranscodeInputError(
+                ReasonCode.RESOLUTION_OUT_OF_BOUNDS,
+                f"{self.spec.topic}: frame {index} is {payload.raw.width}x{payload.raw.height}, the stream "
+                f"started at {self.raw.width}x{self.raw.height}; a size change mid-stream is not supported",
+            )
+
+    def camera(self) -> SourceCamera:
+        assert self.family is not None and self.format is not None
+        kind = self.family.kind
+        stamps = self.stamps
+        if kind is FrameKind.IMAGE:
+            # still images stand alone: put them in stamp order, a repeated stamp kept once
+            order = sorted(range(len(stamps)), key=stamps.__getitem__)
+            keep = [i for k, i in enumerate(order) if k == 0 or stamps[i] != stamps[order[k - 1]]]
+            if len(keep) < len(stamps):
+                log.info(
+                    "%s: %d pictures repeat a stamp, kept once", self.spec.topic, len(stamps) - len(keep)
+                )
+            stamps = [stamps[i] for i in keep]
+            frames = CameraFrames(kind, self.format, len(keep), tuple(self.payloads[i] for i in keep))
+        elif kind is FrameKind.RAW:
+            backward = next((k for k in range(1, len(stamps)) if stamps[k] <= stamps[k - 1]), None)
+            if backward is not None:  # raw pictures are streamed in the order read: it must be theirs
+                raise TranscodeInputError(
+                    ReasonCode.NON_MONOTONIC_TIME,
+                    f"{self.spec.topic}: frame {backward}'s stamp {stamps[backward]} is not after frame "
+                    f"{backward - 1}'s ({stamps[backward - 1]})",
+                )
+            frames = CameraFrames(
+                kind, self.format, len(stamps), streamed_from=(str(self.path), self.spec.topic)
+            )
+        else:
+            frames = CameraFrames(kind, self.format, len(stamps), tuple(self.payloads))
+        return SourceCamera(
+            self.spec.name, self.spec.topic, frame_rate(self.spec.rate_hz), frames, self.family.name, stamps
+        )
+
+
+def _camera_family(schema: Schema | None, topic: str) -> CameraFamily:
+    family = camera_family(schema.name if schema is not None else None)
+    if family is None:
+        known = sorted({n for f in CAMERA_FAMILIES for n in f.schema_names if "/msg/" in n or "." in n})
+        raise TranscodeInputError(
+            ReasonCode.UNSUPPORTED_ENCODING,
+            f"{topic}: schema {schema.name if schema else None!r} is not a camera type; known: "
+            + ", ".join(known),
+        )
+    return family
 
 
 def read_source(path: Path, contract: TopicContract, truth: StampSource) -> SourceEpisode:
     """Read ``path`` once (through the shared MCAP reader) into a :class:`SourceEpisode`.
 
-    Raises :class:`TranscodeInputError` for content the transcode cannot use and
-    :class:`~pipeline.mcaplog.McapInputError` for bad bytes (both are recorded rejections).
+    Raises :class:`TranscodeInputError` for content the transcode cannot use (a picture or vector that a
+    message family refuses included) and :class:`~pipeline.mcaplog.McapInputError` for bad bytes (both
+    are recorded rejections).
     """
-    cameras = {c.topic: SourceCamera(c.name, c.topic, frame_rate(c.rate_hz)) for c in contract.cameras}
-    stamp_fields = {c.topic: c.stamp_field for c in contract.cameras}
-    series_specs = {s.topic: s for s in (*contract.state, *contract.actions)}
-    series_data: dict[str, tuple[list[int], list[dict]]] = {t: ([], []) for t in series_specs}
-    native: list[NativeMessage] = []
-    schemas: dict[str, Schema | None] = {}
-    channels: dict[str, Channel] = {}
-    for schema, channel, message in iter_messages(path):
-        topic = channel.topic
-        channels.setdefault(topic, channel)
-        if topic in cameras:
-            camera = cameras[topic]
-            if schema is None or schema.name != VIDEO_SCHEMA or channel.message_encoding != "protobuf":
-                raise TranscodeInputError(
-                    ReasonCode.UNSUPPORTED_ENCODING,
-                    f"{topic}: schema {schema.name if schema else None!r} / {channel.message_encoding!r}; "
-                    f"allowed: {VIDEO_SCHEMA} / protobuf",
-                )
-            try:
-                video = CompressedVideo.FromString(message.data)
-            except ProtobufDecodeError as exc:
-                raise TranscodeInputError(ReasonCode.DECODE_ERROR, f"{topic}: {exc}") from None
-            if video.format != H264_FORMAT:
-                raise TranscodeInputError(
-                    ReasonCode.UNSUPPORTED_ENCODING, f"{topic}: format {video.format!r}; allowed: h264"
-                )
-            stamp = (
-                video.timestamp.ToNanoseconds()
-                if stamp_fields[topic] and video.HasField("timestamp")
-                else None
+    try:
+        return _Reader(path, contract, truth).read()
+    except MessageFamilyError as exc:  # one error type for the transcode's callers
+        raise TranscodeInputError(exc.code, exc.detail) from None
+
+
+class _Reader:
+    def __init__(self, path: Path, contract: TopicContract, truth: StampSource) -> None:
+        self.path = path
+        self.contract = contract
+        self.truth = truth
+        self.cameras = {c.topic: _CameraReader(c, path) for c in contract.cameras}
+        self.series_specs: dict[str, SeriesSpec] = {s.topic: s for s in (*contract.state, *contract.actions)}
+        self.readers: dict[str, SeriesReader] = {}
+        self.series_data: dict[str, tuple[list[int], list[dict]]] = {t: ([], []) for t in self.series_specs}
+        self.native: list[NativeMessage] = []
+        self.schemas: dict[str, Schema | None] = {}
+        self.channels: dict[str, Channel] = {}
+        self.decoders = _Decoders()
+
+    def read(self) -> SourceEpisode:
+        for schema, channel, message in iter_messages(self.path):
+            self.channels.setdefault(channel.topic, channel)
+            if channel.topic in self.cameras:
+                self._camera(schema, channel, message)
+            else:
+                self._other(schema, channel, message)
+        # a topic the contract does not require may be absent: the episode is transcoded without it
+        required = {spec.topic for spec in self.contract.all_topics() if spec.required}
+        missing = [t for t, c in self.cameras.items() if not c.stamps and t in required] + [
+            t for t, (s, _) in self.series_data.items() if not s and t in required
+        ]
+        if missing:
+            raise TranscodeInputError(
+                ReasonCode.MISSING_REQUIRED_TOPIC, f"no messages on {', '.join(missing)}"
             )
-            camera.stamps_ns.append(_truth_stamp(truth, stamp, message, topic))
-            camera.units.append(video.data)
-            continue
-        schemas.setdefault(topic, schema)
-        native.append(
+        return SourceEpisode(
+            cameras=[c.camera() for c in self.cameras.values() if c.stamps],
+            state=self._series(self.contract.state),
+            actions=self._series(self.contract.actions),
+            native=self.native,
+            schemas=self.schemas,
+            channels=self.channels,
+            metadata=read_metadata(self.path),
+            names={t: list(r.names) for t, r in self.readers.items() if r.names},
+        )
+
+    def _camera(self, schema: Schema | None, channel: Channel, message: Message) -> None:
+        camera = self.cameras[channel.topic]
+        if camera.family is None:
+            camera.family = _camera_family(schema, channel.topic)
+        decoded = self.decoders.decode(schema, channel, message)
+        stamp = _truth_stamp(self.truth, camera.spec.stamp_field, decoded, message, channel.topic)
+        camera.add(schema, decoded, stamp)
+
+    def _other(self, schema: Schema | None, channel: Channel, message: Message) -> None:
+        topic = channel.topic
+        self.schemas.setdefault(topic, schema)
+        self.native.append(
             NativeMessage(topic, message.log_time, message.publish_time, message.sequence, message.data)
         )
-        if topic in series_specs:
-            spec = series_specs[topic]
-            if channel.message_encoding != "json":
-                raise TranscodeInputError(
-                    ReasonCode.UNSUPPORTED_ENCODING,
-                    f"{topic}: message encoding {channel.message_encoding!r}; resampling reads json",
-                )
-            try:
-                record = json.loads(message.data)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise TranscodeInputError(ReasonCode.DECODE_ERROR, f"{topic}: {exc}") from None
-            if not isinstance(record, dict):
-                raise TranscodeInputError(
-                    ReasonCode.DECODE_ERROR,
-                    f"{topic}: the message at log time {message.log_time} is a JSON "
-                    f"{type(record).__name__}, not an object of fields",
-                )
-            value = record.get(spec.stamp_field) if spec.stamp_field else None
-            decoded = value if isinstance(value, int) and not isinstance(value, bool) else None
-            stamps, records = series_data[topic]
-            stamps.append(_truth_stamp(truth, decoded, message, topic))
-            records.append(record)
-    missing = [t for t, c in cameras.items() if not c.units] + [
-        t for t, (s, _) in series_data.items() if not s
-    ]
-    if missing:
-        raise TranscodeInputError(ReasonCode.MISSING_REQUIRED_TOPIC, f"no messages on {', '.join(missing)}")
+        spec = self.series_specs.get(topic)
+        if spec is None:
+            return
+        reader = self.readers.get(topic)
+        if reader is None:
+            reader = self.readers[topic] = SeriesReader(
+                topic,
+                schema.name if schema is not None else None,
+                channel.message_encoding,
+                fields=spec.fields,
+                stamp_field=spec.stamp_field,
+            )
+        decoded = self.decoders.decode(schema, channel, message)
+        stamps, records = self.series_data[topic]
+        records.append(reader.record(decoded, len(records)))
+        stamps.append(_truth_stamp(self.truth, spec.stamp_field, decoded, message, topic))
 
-    def series(specs: Mapping[str, object]) -> list[Series]:
+    def _series(self, specs: Sequence[SeriesSpec]) -> list[Series]:
         out = []
-        for topic in specs:
-            stamps, records = series_data[topic]
-            field_name = series_specs[topic].stamp_field
-            out.append(Series(topic, np.asarray(stamps, dtype=np.int64), records, field_name))
+        for spec in specs:
+            stamps, records = self.series_data[spec.topic]
+            if not stamps:
+                continue  # an optional stream the episode does not have
+            # the stamp field is replaced by the grid time only where it is a field of the record
+            field_name = spec.stamp_field if records and spec.stamp_field in records[0] else None
+            out.append(Series(spec.topic, np.asarray(stamps, dtype=np.int64), records, field_name))
         return out
-
-    return SourceEpisode(
-        cameras=list(cameras.values()),
-        state=series({s.topic: s for s in contract.state}),
-        actions=series({s.topic: s for s in contract.actions}),
-        native=native,
-        schemas=schemas,
-        channels=channels,
-        metadata=read_metadata(path),
-    )
 
 
 def read_metadata(path: Path) -> dict[str, dict[str, str]]:

@@ -1,5 +1,6 @@
-"""``sluice demo`` end to end, as ``make demo`` runs it: both example vendors through their Airflow DAGs,
-triggered through the REST API and run by a real scheduler.
+"""``sluice demo`` end to end, as ``make demo`` runs it: every example vendor through its Airflow DAG (the
+ROS 2 one on a drop of JPEG cameras in CDR, a broken JPEG among its defects), triggered through the REST API
+and run by a real scheduler.
 
 The demo runs in a subprocess on a copy of the project's vendor and dataset files (so its drops land in the
 test's folder), against a fresh database of the suite's Postgres (Airflow's metadata DB is made beside it);
@@ -28,7 +29,7 @@ SLUICE = Path(sys.executable).with_name("sluice")
 
 
 @pytest.mark.timeout(1800)
-def test_demo_runs_both_vendor_dags_end_to_end_through_the_scheduler(
+def test_demo_runs_every_vendor_dag_end_to_end_through_the_scheduler(
     tmp_path: Path, fresh_database_url
 ) -> None:
     from sqlalchemy import create_engine, text
@@ -67,7 +68,7 @@ def test_demo_runs_both_vendor_dags_end_to_end_through_the_scheduler(
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert left_running == []
 
-    # Both DAGs ran every step through the scheduler, annotate and shard switched on by the run's conf.
+    # Every DAG ran every step through the scheduler, annotate and shard switched on by the run's conf.
     catalog = make_url(catalog_url)
     metadata = create_engine(catalog.set(database=f"{catalog.database}_airflow"))
     try:
@@ -81,7 +82,7 @@ def test_demo_runs_both_vendor_dags_end_to_end_through_the_scheduler(
             executors = {e for (e,) in db.execute(text("SELECT DISTINCT hostname FROM task_instance"))}
     finally:
         metadata.dispose()
-    assert runs == {"acme_robotics": "success", "northwind_video": "success"}
+    assert runs == {"acme_robotics": "success", "kestrel_ros2": "success", "northwind_video": "success"}
     assert {str(t).lower() for t in triggers} == {"rest_api"}  # as the UI triggers, not `dags test`
     assert executors and "" not in executors
     for dag in runs:
@@ -94,6 +95,7 @@ def test_demo_runs_both_vendor_dags_end_to_end_through_the_scheduler(
     status = json.loads(runner.invoke(app, ["status", "--json"], env=cli_env, catch_exceptions=False).output)
     assert sorted((r["vendor"], r["outcome"]) for r in status["runs"]) == [
         ("acme_robotics", "succeeded"),
+        ("kestrel_ros2", "succeeded"),
         ("northwind_video", "succeeded"),
     ]
     assert {r["step_toggles"]["annotate"] for r in status["runs"]} == {True}
@@ -102,7 +104,7 @@ def test_demo_runs_both_vendor_dags_end_to_end_through_the_scheduler(
     )
     drops = {
         vendor: json.loads((project / ".sluice" / "drops" / vendor / "drop.json").read_text())
-        for vendor in ("acme_robotics", "northwind_video")
+        for vendor in ("acme_robotics", "kestrel_ros2", "northwind_video")
     }
     generated = {(v, f["path"]): f for v, drop in drops.items() for f in drop["files"]}
     recorded = {(r["vendor"], r["path"]): r for r in files}
@@ -115,6 +117,8 @@ def test_demo_runs_both_vendor_dags_end_to_end_through_the_scheduler(
         if made["duplicate_of"]:
             assert record["duplicate_of"] == made["duplicate_of"], (key, record)
     assert {r["state"] for r in files} >= {"accepted", "accepted_with_flags", "quarantined", "duplicate"}
+    broken_jpeg = next(k for k, f in generated.items() if f["defect"] == "corrupt_image")
+    assert broken_jpeg[0] == "kestrel_ros2" and recorded[broken_jpeg]["reasons"] == ["decode_error"]
 
     # Outputs: transcoded episodes and shards in the store, a manifest for the demo dataset.
     store = home / "store"

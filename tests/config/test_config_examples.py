@@ -129,3 +129,23 @@ def test_generic_vendor_accepts_every_file_and_encoding(kind: str, tmp_path: Pat
         assert vendor.topics.message_encodings is None and vendor.topics.all_topics() == ()
     else:
         assert vendor.video is not None and {"webm", "mp4"} <= set(vendor.video.containers)
+
+
+def test_the_ros2_example_vendor_describes_a_synthetic_flavor(vendors_dir: Path) -> None:
+    """The demo makes each example vendor the drop its contract describes (JPEG cameras in CDR for the ROS 2
+    vendor); a contract no flavor matches gets the default shape."""
+    from pipeline.synth.flavors import matching_flavor
+
+    def cameras(name: str) -> tuple:
+        topics = load_vendor(vendors_dir / f"{name}.yaml").topics
+        assert topics is not None
+        return topics.cameras
+
+    assert matching_flavor(cameras("kestrel_ros2")) == "ros2-jpeg"
+    assert matching_flavor(cameras("acme_robotics")) == "default"
+    kestrel = load_vendor(vendors_dir / "kestrel_ros2.yaml").topics
+    assert kestrel is not None
+    as_png = [c.model_copy(update={"formats": ("png",)}) for c in kestrel.cameras]
+    assert matching_flavor(as_png) == "ros2-png"
+    renamed = [c.model_copy(update={"topic": "/front/image"}) for c in kestrel.cameras]
+    assert matching_flavor(renamed) == "default"

@@ -21,6 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
+
+# The scheduled runs of the message families read their outputs with the family tests' own readers.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "families"))
 from dag_helpers import REPO_DAGS, AirflowHome, SyntheticVendor, vendor_config
 from scheduler_harness import DAG_FILE as SCHEDULER_DAG_FILE
 from scheduler_harness import SchedulerHarness

@@ -12,6 +12,7 @@ reads back only that vendor's rows.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,14 +85,21 @@ class SchedulerHarness:
         cron: str | None = None,
         batches: int = 2,
         episodes: int = 2,
+        make_drop: Callable[[Path], object] | None = None,
+        overrides: dict[str, Any] | None = None,
     ) -> ScheduledVendor:
+        """A vendor of the Acme example's shape, on clean two-second episodes with bytes of their own (a seed
+        per vendor), or on what ``make_drop`` writes into the drop folder; ``overrides`` replace top-level
+        sections of its config (``topics``, ``calibration``...)."""
         from pipeline.synth import RobotDropConfig, make_robot_drop
 
         drop = self.root / "drops" / name
-        # Clean two-second episodes with bytes of their own (a seed per vendor).
-        seed = len(self.vendors) + 1
-        make_robot_drop(drop, RobotDropConfig(episodes=episodes, seconds=2.0, seed=seed), jobs=2)
-        config = vendor_config(name, drop, steps=steps)
+        if make_drop is None:
+            seed = len(self.vendors) + 1
+            make_robot_drop(drop, RobotDropConfig(episodes=episodes, seconds=2.0, seed=seed), jobs=2)
+        else:
+            make_drop(drop)
+        config = {**vendor_config(name, drop, steps=steps), **(overrides or {})}
         config["schedule"] = {"cron": cron}
         config["planner"] = {"min_splits": batches, "max_splits": batches, "batch_stagger_s": 0}
         (self.vendors_dir / f"{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

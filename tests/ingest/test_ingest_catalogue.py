@@ -115,8 +115,11 @@ def test_the_catalogue_is_big_enough(run: Run) -> None:
 
 def _case_ids() -> list[str]:
     from pipeline.synth import RobotDefect
+    from pipeline.synth.defects import defect_applies
 
-    synth = [f"synth-robot-{d.value}" for d in RobotDefect] + [f"synth-video-{d.value}" for d in VideoDefect]
+    synth = [f"synth-robot-{d.value}" for d in RobotDefect if defect_applies(d, "default")] + [
+        f"synth-video-{d.value}" for d in VideoDefect
+    ]
     return [*synth, *ROBOT_CASES, *VIDEO_CASES]
 
 

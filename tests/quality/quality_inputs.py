@@ -41,6 +41,26 @@ def _episode(path: Path, size: tuple[int, int], tweaks: EpisodeTweaks | None = N
     return path
 
 
+def _flavored(path: Path, flavor: str, tweaks: EpisodeTweaks | None = None) -> Path:
+    """A ROS 2 or Foxglove flavored episode (pipeline.synth.flavors) at the transcode's size."""
+    calibration = make_calibration(0, 0, "rb01", 0, *POST_SIZE)
+    spec = EpisodeSpec(
+        "rb01", "rb01-s000", "rb01-s000-e000", "fold the towel", "op-chen", START_NS, SECONDS, 7, calibration
+    )
+    write_episode(path, spec, EpisodeMedia(width=POST_SIZE[0], height=POST_SIZE[1], flavor=flavor), tweaks)
+    return path
+
+
+#: The frame of the first camera whose JPEG the ``bad_huffman`` input damages.
+BAD_HUFFMAN_FRAME = 22
+
+
+def _damage_huffman_table(jpeg: bytes) -> bytes:
+    """A JPEG whose first Huffman table is garbage (every marker and length intact): only a decode sees it."""
+    at = jpeg.index(b"\xff\xc4")
+    return jpeg[: at + 5] + b"\xff" * 16 + jpeg[at + 21 :]
+
+
 def _encode(path: Path, frames: list[np.ndarray]) -> Path:
     """An H.264 MP4 of RGB frames at ``CLIP_FPS`` (PyAV / libx264)."""
     with av.open(str(path), "w") as out:
@@ -111,6 +131,33 @@ class Inputs:
             return [dataclasses.replace(message, log_time=log_time)]
 
         return rewrite_with_stock_writer(self.clean, self.root / "duplicates.mcap", edit=repeat)
+
+    # -- ROS 2 flavors -------------------------------------------------------------------------------------
+    @cached_property
+    def ros2_jpeg(self) -> Path:
+        return _flavored(self.root / "ros2_jpeg.mcap", "ros2-jpeg")
+
+    @cached_property
+    def ros2_raw(self) -> Path:
+        return _flavored(self.root / "ros2_raw.mcap", "ros2-raw")
+
+    @cached_property
+    def bad_huffman(self) -> Path:
+        """:attr:`ros2_jpeg` with one picture's Huffman table damaged (the CDR envelope keeps its length)."""
+        topic = f"/cam/{layout.CAMERA_NAMES[0]}/image_raw/compressed"
+        seen = {"n": 0}
+
+        def damage(channel: Channel, message: Message) -> list[Message]:
+            if channel.topic != topic:
+                return [message]
+            seen["n"] += 1
+            if seen["n"] - 1 != BAD_HUFFMAN_FRAME:
+                return [message]
+            start = message.data.index(b"\xff\xd8\xff")
+            data = message.data[:start] + _damage_huffman_table(message.data[start:])
+            return [dataclasses.replace(message, data=data)]
+
+        return rewrite_with_stock_writer(self.ros2_jpeg, self.root / "bad_huffman.mcap", edit=damage)
 
     # -- post-gate -----------------------------------------------------------------------------------------
     @cached_property

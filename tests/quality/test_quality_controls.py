@@ -30,6 +30,7 @@ R = ReasonCode
 REPO = Path(__file__).resolve().parents[2]
 ACME = REPO / "dags" / "vendors" / "acme_robotics.yaml"
 NORTHWIND = REPO / "dags" / "vendors" / "northwind_video.yaml"
+KESTREL = REPO / "dags" / "vendors" / "kestrel_ros2.yaml"
 ROLES = ("cameras", "state", "actions")
 
 Outcomes = list[Any]  # pre-gate or post-gate CheckOutcome: both have name, status, reason
@@ -415,6 +416,59 @@ def min_clip_duration(i: Inputs) -> Crossing:
     return Crossing(clip_gate(i), northwind(), duration_s + 0.2, duration_s - 0.2)
 
 
+# -- ROS 2 content (the ROS 2 example vendor, on ROS 2 flavored episodes) --------------------------------------
+
+
+def kestrel(raw: bool = False) -> VendorConfig:
+    """The ROS 2 example vendor at the inputs' picture size; with ``raw``, its cameras as raw Images."""
+
+    def sized(data: dict[str, Any]) -> None:
+        for camera in data["topics"]["cameras"]:
+            camera["width_px"], camera["height_px"] = 128, 96
+            if raw:
+                camera["topic"] = camera["topic"].removesuffix("/compressed")
+                camera["schema_names"] = ["sensor_msgs/msg/Image"]
+
+    return _edit(load_vendor(KESTREL), sized)
+
+
+def camera_formats(i: Inputs) -> Crossing:
+    return Crossing(mcap_gate(i.ros2_jpeg), kestrel(), ["png"], ["jpeg"])
+
+
+def camera_pixel_encodings(i: Inputs) -> Crossing:
+    return Crossing(mcap_gate(i.ros2_raw), kestrel(raw=True), ["bgr8"], ["rgb8"])
+
+
+def camera_size(axis: str) -> Callable[[Inputs], Crossing]:
+    def crossing(i: Inputs) -> Crossing:
+        vendor = kestrel()
+        measured = getattr(_stats(i.ros2_jpeg, vendor, _first(vendor, "cameras").topic).content, f"{axis}_px")
+        return Crossing(mcap_gate(i.ros2_jpeg), vendor, measured + 16, measured)
+
+    return crossing
+
+
+def series_fields(role: str) -> Callable[[Inputs], Crossing]:
+    def crossing(i: Inputs) -> Crossing:
+        from pipeline.config.propose import first_message_fields
+
+        vendor = kestrel()
+        # a field the type has (its first numeric one) against one it lacks
+        present = first_message_fields(i.ros2_jpeg)[_first(vendor, role).topic][0]
+        return Crossing(mcap_gate(i.ros2_jpeg), vendor, ["no_such_field"], [present])
+
+    return crossing
+
+
+def decode_every(i: Inputs) -> Crossing:
+    from quality_inputs import BAD_HUFFMAN_FRAME
+
+    # every picture decoded finds the damaged table; a stride that skips its frame does not
+    lenient = next(n for n in range(2, 30) if BAD_HUFFMAN_FRAME % n)
+    return Crossing(mcap_gate(i.bad_huffman), kestrel(), 1, lenient)
+
+
 CROSSINGS: dict[tuple[str, ReasonCode], Callable[[Inputs], Crossing]] = {
     ("quality.pre.max_gap_rate", R.GAP_RATE_HIGH): gap_rate,
     ("timestamps.max_clock_jump_s", R.CLOCK_JUMP): clock_jump,
@@ -450,6 +504,13 @@ CROSSINGS: dict[tuple[str, ReasonCode], Callable[[Inputs], Crossing]] = {
     ("quality.post.max_resample_rmse", R.RESAMPLE_ERROR): resample_rmse,
     ("transcode.clips.max_clip_duration_s", R.DURATION_MISMATCH): max_clip_duration,
     ("transcode.clips.min_clip_duration_s", R.DURATION_MISMATCH): min_clip_duration,
+    ("topics.cameras.formats", R.UNSUPPORTED_ENCODING): camera_formats,
+    ("topics.cameras.pixel_encodings", R.UNSUPPORTED_ENCODING): camera_pixel_encodings,
+    ("topics.cameras.width_px", R.RESOLUTION_OUT_OF_BOUNDS): camera_size("width"),
+    ("topics.cameras.height_px", R.RESOLUTION_OUT_OF_BOUNDS): camera_size("height"),
+    ("topics.state.fields", R.SCHEMA_DRIFT): series_fields("state"),
+    ("topics.actions.fields", R.SCHEMA_DRIFT): series_fields("actions"),
+    ("quality.pre.decode_every_frames", R.DECODE_ERROR): decode_every,
 }
 for _role in ROLES:
     CROSSINGS |= {

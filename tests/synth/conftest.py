@@ -15,6 +15,7 @@ from pipeline.synth import (
     make_robot_drop,
     make_video_drop,
 )
+from pipeline.synth.defects import defect_applies
 
 # 128x96 puts 8x8-pixel cells in the frame code; 32 KiB chunks give each episode several chunks to cut.
 TINY_ROBOT = RobotDropConfig(
@@ -25,7 +26,7 @@ TINY_ROBOT = RobotDropConfig(
     width=128,
     height=96,
     chunk_size_bytes=32 * 1024,
-    defects=tuple(RobotDefect),
+    defects=tuple(d for d in RobotDefect if defect_applies(d, "default")),
 )
 TINY_VIDEO = VideoDropConfig(
     clips=2, seconds=2.0, width=128, height=96, scene_cuts=2, defects=tuple(VideoDefect)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mcap.reader import make_reader
 from typer.testing import CliRunner
 
 from pipeline.cli.synth import app
@@ -24,6 +25,27 @@ def test_robot_command(tmp_path: Path) -> None:
     for f in manifest["files"]:
         assert f["path"] in result.output
     assert "crc_mismatch" in result.output and "3 files" in result.output
+
+
+def test_robot_command_with_a_flavor(tmp_path: Path) -> None:
+    out = tmp_path / "drop"
+    args = ["robot", str(out), "--episodes", "1", "--seconds", "0.5", "--width", "64", "--height", "48"]
+    flavor = ["--flavor", "ros2-raw", "--pixel-encoding", "bayer_rggb8"]
+    result = runner.invoke(app, [*args, *flavor, "--defect", "corrupt_image", "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "drop.json").read_text())
+    assert [f["defect"] for f in manifest["files"]] == [None, "corrupt_image"]
+    with open(out / manifest["files"][0]["path"], "rb") as fh:
+        summary = make_reader(fh).get_summary()
+    assert summary is not None
+    cameras = {
+        c.topic: summary.schemas[c.schema_id].name for c in summary.channels.values() if "/cam/" in c.topic
+    }
+    assert cameras == {
+        f"/cam/{n}/image_raw": "sensor_msgs/msg/Image" for n in ("front", "wrist_left", "wrist_right")
+    }
+    assert {c.message_encoding for c in summary.channels.values()} == {"cdr"}
+    assert "decode_error" in result.output
 
 
 def test_video_command(tmp_path: Path) -> None:
@@ -53,6 +75,8 @@ def test_bad_options_name_the_allowed_values(tmp_path: Path) -> None:
     assert isinstance(result.exception, UnknownChoiceError) and "truncated" in str(result.exception)
     result = runner.invoke(app, ["video", str(tmp_path / "b"), "--width", "100"])
     assert isinstance(result.exception, ConfigError) and "multiples of 8" in str(result.exception)
+    result = runner.invoke(app, ["robot", str(tmp_path / "d"), "--flavor", "ros3-jpeg"])
+    assert isinstance(result.exception, UnknownChoiceError) and "ros2-jpeg" in str(result.exception)
     result = runner.invoke(app, ["robot", str(tmp_path / "c"), "--size", "lots"])
     assert isinstance(result.exception, SizeError) and "GiB" in str(result.exception)
 

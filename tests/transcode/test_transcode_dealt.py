@@ -12,6 +12,7 @@ from transcode_helpers import config_for
 
 from pipeline.config import TrainingProfile
 from pipeline.enums import ReasonCode
+from pipeline.families import CameraFrames, FrameKind, FramePayload
 from pipeline.transcode import TranscodeInputError
 from pipeline.transcode.cameras import CameraJob, deal, encode_camera, encode_cameras, run_concurrently
 from pipeline.transcode.profiles import EncoderSettings
@@ -47,7 +48,7 @@ def test_cameras_encoded_at_once_give_the_bytes_of_one_at_a_time(source_episode:
     config = config_for(TrainingProfile.VLA)
     episode = read_source(source_episode, config.contract, config.truth)
     settings = EncoderSettings.from_options(config.options)
-    jobs = [CameraJob(c.name, tuple(c.units), c.rate, settings) for c in episode.cameras]
+    jobs = [CameraJob(c.name, c.frames, c.rate, settings) for c in episode.cameras]
     alone = [encode_camera(job) for job in jobs]
     together = encode_cameras(jobs)
     assert [c.name for c in together] == [j.name for j in jobs]
@@ -62,13 +63,12 @@ def test_a_bad_camera_in_an_encoder_process_is_a_rejection_and_the_pool_goes_on(
     config = config_for(TrainingProfile.VLA)
     episode = read_source(source_episode, config.contract, config.truth)
     settings = EncoderSettings.from_options(config.options)
-    good = CameraJob(
-        episode.cameras[0].name, tuple(episode.cameras[0].units), episode.cameras[0].rate, settings
-    )
-    bad = CameraJob("front", (b"\x00\x00\x01\x65" + b"\xff" * 64,) * 3, good.rate, settings)
+    good = CameraJob(episode.cameras[0].name, episode.cameras[0].frames, episode.cameras[0].rate, settings)
+    garbage = FramePayload("h264", b"\x00\x00\x01\x65" + b"\xff" * 64)
+    bad = CameraJob("front", CameraFrames(FrameKind.VIDEO, "h264", 3, (garbage,) * 3), good.rate, settings)
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         with pytest.raises(TranscodeInputError) as caught:
             pool.submit(encode_cameras, [bad]).result()
         assert caught.value.code in {ReasonCode.DECODE_ERROR, ReasonCode.TOO_FEW_FRAMES}
         assert "camera front" in caught.value.detail
-        assert pool.submit(encode_cameras, [good]).result()[0].decoded_frames == len(good.units)
+        assert pool.submit(encode_cameras, [good]).result()[0].decoded_frames == good.frames.count

@@ -17,7 +17,7 @@ from pipeline.transcode.source import read_source
 
 def _units(source: Path) -> list[bytes]:
     config = config_for(TrainingProfile.VLA)
-    return list(read_source(source, config.contract, config.truth).cameras[0].units)
+    return [p.data for p in read_source(source, config.contract, config.truth).cameras[0].frames]
 
 
 def test_prefetched_decode_yields_the_same_frames_in_order(source_episode: Path) -> None:
