@@ -59,26 +59,39 @@ test: setup system-tools foxglove-reader
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The LeRobot round trip needs lerobot and torch: never in the project's venv, so a venv of their own.
-# lerobot 0.4.4 is the newest release for Python 3.11 (0.5 needs 3.12); it pins torch<2.11, for which no CPU
-# build lies on this machine's disk, so it is installed without its pins next to the torch and torchvision
-# pair pip finds here (2.14.1 / 0.29.1) and the few packages its dataset code imports.
+# lerobot 0.4.4 is the newest release for Python 3.11 (0.5 needs 3.12). Its torch, torchvision and torchcodec
+# are the newest its pins allow (torch<2.11, torchvision<0.26, torchcodec<0.11), the set pip resolves for a
+# user; CUDA builds from PyPI, a large download for this opt-in target only. Newer torchvision has no
+# io.VideoReader, which lerobot's "pyav" backend decodes through. lerobot itself goes in without its
+# dependencies (robot drivers, teleop, wandb, rerun), next to the packages its dataset and processor code
+# imports. torchcodec, lerobot's default decoder on Linux, loads the system's FFmpeg libraries.
 LEROBOT_VENV ?= .venv-lerobot
 LEROBOT_VERSION ?= 0.4.4
-LEROBOT_TORCH ?= torch==2.14.1 torchvision==0.29.1
+LEROBOT_TORCH ?= torch==2.10.0 torchvision==0.25.0 torchcodec==0.10.0
 LEROBOT_DEPS := "datasets>=4.0,<5" "huggingface-hub>=0.34.2,<0.36" "av>=15,<16" "draccus==0.10.0" \
 	"einops>=0.8,<0.9" "jsonlines>=4,<5" "packaging>=24.2,<26" "termcolor>=2.4,<4" "deepdiff>=7.0.1,<9" \
 	"accelerate>=1.10,<2" "imageio[ffmpeg]>=2.34,<3" "pyserial>=3.5,<4" pandas pillow
-export SLUICE_LEROBOT_PYTHON ?= $(CURDIR)/$(LEROBOT_VENV)/bin/python
+LEROBOT_FFMPEG_DEBS := libavcodec59 libavformat59 libavutil57 libavdevice59 libavfilter8 libswscale6 libswresample4
+# The stamp names the pins, so changing them rebuilds the venv.
+LEROBOT_STAMP := $(LEROBOT_VENV)/.installed-$(shell printf '%s' 'lerobot==$(LEROBOT_VERSION) $(LEROBOT_TORCH) $(LEROBOT_DEPS)' | sha256sum | cut -c1-12)
 
-$(LEROBOT_VENV)/.installed:
-	python3 -m venv $(LEROBOT_VENV)
-	$(LEROBOT_VENV)/bin/pip install --quiet $(LEROBOT_TORCH)
+$(LEROBOT_STAMP):
+	@if ! ldconfig -p | grep -q 'libavcodec\.so\.'; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing FFmpeg's libraries for torchcodec from Debian's packages"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+				$(LEROBOT_FFMPEG_DEBS) >/dev/null; \
+		else echo "torchcodec needs FFmpeg's shared libraries (Debian: $(LEROBOT_FFMPEG_DEBS))"; exit 1; fi; \
+	fi
+	python3 -m venv --clear $(LEROBOT_VENV)
+	$(LEROBOT_VENV)/bin/pip install --quiet $(LEROBOT_TORCH) $(LEROBOT_DEPS)
 	$(LEROBOT_VENV)/bin/pip install --quiet --no-deps lerobot==$(LEROBOT_VERSION)
-	$(LEROBOT_VENV)/bin/pip install --quiet $(LEROBOT_DEPS)
-	$(LEROBOT_VENV)/bin/python -c "import lerobot.datasets.lerobot_dataset, lerobot.processor.normalize_processor"
+	$(LEROBOT_VENV)/bin/python -c "import lerobot.datasets.lerobot_dataset, lerobot.processor.normalize_processor, torchcodec.decoders"
 	@touch $@
 
-test-lerobot: setup $(LEROBOT_VENV)/.installed
+# Only this target points the export test at lerobot: a plain `make test` must not need the venv.
+test-lerobot: export SLUICE_LEROBOT_PYTHON ?= $(CURDIR)/$(LEROBOT_VENV)/bin/python
+test-lerobot: setup $(LEROBOT_STAMP)
 	$(VENV)/bin/pytest tests/export -q $(PYTEST_ARGS)
 
 lint: setup

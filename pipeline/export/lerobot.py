@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from pipeline.errors import SluiceError
 from pipeline.export import layout
 from pipeline.export.episode import EpisodeFrames, camera_topics, read_episode
+from pipeline.export.stats import DatasetStats
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -198,6 +199,7 @@ def _write(
         )
     }
     episode_rows = []
+    dataset_stats = DatasetStats()
     start = 0
     for ep_index, (source_id, task, frames) in enumerate(episodes):
         n = frames.length
@@ -209,7 +211,7 @@ def _write(
         columns["episode_index"] += [ep_index] * n
         columns["index"] += (start + k).tolist()
         columns["task_index"] += [task_index[task]] * n
-        stats = _episode_stats(frames)
+        stats = dataset_stats.add(frames)
         row: dict[str, Any] = {
             "episode_index": ep_index,
             "tasks": [task],
@@ -295,7 +297,7 @@ def _write(
         "features": features,
     }
     _json(root / layout.INFO_PATH, info)
-    _json(root / layout.STATS_PATH, _aggregate([_episode_stats(f) for _, _, f in episodes]))
+    _json(root / layout.STATS_PATH, dataset_stats.result())
     report = ExportReport(out=str(root), episodes=len(episodes), frames=start)
     check_export(root, report)
     return report
@@ -378,83 +380,6 @@ def _encode_camera(path: Path, episodes: list[np.ndarray], fps: int) -> tuple[in
                 index += 1
         container.mux(stream.encode(None))
     return eh, ew
-
-
-#: The quantiles lerobot computes per feature (``lerobot.datasets.compute_stats.DEFAULT_QUANTILES``) and
-#: reads for its QUANTILES (q01, q99) and QUANTILE10 (q10, q90) normalization modes.
-QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
-QUANTILE_KEYS = tuple(f"q{round(q * 100):02d}" for q in QUANTILES)
-#: Frames of 300 px and more are subsampled to about 150 px for their statistics, as lerobot does.
-IMAGE_STATS_MAX_PX = 300
-IMAGE_STATS_TARGET_PX = 150
-
-
-def _feature_stats(values: np.ndarray) -> dict[str, Any]:
-    """lerobot's per-episode statistics of ``values`` (rows = samples): min, max, mean, std, count and the
-    quantiles (exact here; lerobot interpolates a 5,000-bin histogram, within 1/5,000 of the range)."""
-    stats = {
-        "min": values.min(axis=0),
-        "max": values.max(axis=0),
-        "mean": values.mean(axis=0),
-        "std": values.std(axis=0),
-        "count": np.array([len(values)]),
-    }
-    for key, q in zip(QUANTILE_KEYS, QUANTILES, strict=True):
-        stats[key] = np.quantile(values, q, axis=0)
-    return stats
-
-
-def _episode_stats(frames: EpisodeFrames) -> dict[str, dict[str, Any]]:
-    stats = {
-        layout.STATE_KEY: _feature_stats(frames.state.astype(np.float64)),
-        layout.ACTION_KEY: _feature_stats(frames.action.astype(np.float64)),
-    }
-    n = frames.length
-    k = np.arange(n, dtype=np.float64)
-    stats["timestamp"] = _feature_stats((k / frames.fps)[:, None])
-    stats["frame_index"] = _feature_stats(k[:, None])
-    for cam, images in frames.cameras.items():
-        # lerobot's image stats: per channel over pixels and frames, in [0, 1], shaped (3, 1, 1)
-        picks = (
-            images[np.unique(np.linspace(0, n - 1, min(n, 100)).round().astype(int))].astype(np.float64)
-            / 255.0
-        )
-        h, w = picks.shape[1:3]
-        if max(h, w) >= IMAGE_STATS_MAX_PX:  # lerobot's auto_downsample_height_width: to about 150 px
-            step = int(w / IMAGE_STATS_TARGET_PX) if w > h else int(h / IMAGE_STATS_TARGET_PX)
-            picks = picks[:, ::step, ::step]
-        per = _feature_stats(picks.reshape(-1, 3))
-        stats[layout.IMAGE_PREFIX + cam] = {
-            k: v if k == "count" else v[:, None, None] for k, v in per.items()
-        } | {"count": np.array([len(picks)])}
-    return stats
-
-
-def _aggregate(per_episode: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Dataset stats from episode stats: count-weighted mean, pooled variance, min of mins, max of maxes, and
-    count-weighted means of the quantiles (what lerobot's ``aggregate_stats`` computes)."""
-    out: dict[str, dict[str, Any]] = {}
-    for key in per_episode[0]:
-        parts = [e[key] for e in per_episode]
-        counts = np.array([p["count"][0] for p in parts], dtype=np.float64)
-        means = np.stack([p["mean"] for p in parts])
-        shape = (-1,) + (1,) * (means.ndim - 1)
-        weights = counts.reshape(shape)
-        mean = (means * weights).sum(axis=0) / counts.sum()
-        var = ((np.stack([p["std"] for p in parts]) ** 2 + (means - mean) ** 2) * weights).sum(
-            axis=0
-        ) / counts.sum()
-        out[key] = {
-            "min": np.min(np.stack([p["min"] for p in parts]), axis=0).tolist(),
-            "max": np.max(np.stack([p["max"] for p in parts]), axis=0).tolist(),
-            "mean": mean.tolist(),
-            "std": np.sqrt(var).tolist(),
-            "count": [int(counts.sum())],
-        }
-        for q in QUANTILE_KEYS:
-            # as lerobot's aggregate_stats does: the count-weighted mean of the episodes' quantiles
-            out[key][q] = ((np.stack([p[q] for p in parts]) * weights).sum(axis=0) / counts.sum()).tolist()
-    return out
 
 
 def _write_tasks(tasks: list[str], path: Path) -> None:

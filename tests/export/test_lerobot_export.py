@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import av
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from sluice_world import land, make_world, vendor_from_example
@@ -15,6 +16,7 @@ from sluice_world import land, make_world, vendor_from_example
 from pipeline.catalog import make_session_factory, session_scope
 from pipeline.catalog.outputs import add_dataset_episodes, create_dataset_version
 from pipeline.export import ExportError, export_dataset_version
+from pipeline.export.stats import value_quantiles
 from pipeline.synth import RobotDropConfig, make_robot_drop
 
 pytestmark = pytest.mark.integration
@@ -30,28 +32,66 @@ from lerobot.datasets.utils import dataset_to_policy_features
 from lerobot.processor.converters import batch_to_transition, transition_to_batch
 from lerobot.processor.normalize_processor import NormalizerProcessorStep
 
-ds = LeRobotDataset("sluice/export", root=sys.argv[1], video_backend="pyav")
-out = {"episodes": ds.meta.total_episodes, "splits": ds.meta.info["splits"], "robot_type": ds.meta.robot_type}
-loader = torch.utils.data.DataLoader(ds, batch_size=16, num_workers=2, shuffle=False)
-batches = list(loader)
-out["frames"] = sum(len(b["index"]) for b in batches)
-out["indices"] = torch.cat([b["index"] for b in batches]).tolist() == list(range(len(ds)))
-out["image_shape"] = list(batches[0]["observation.images.front"].shape[1:])
+root = sys.argv[1]
+KEYS = ("observation.state", "action", "observation.images.front")
+out = {"backends": {}}
+loaded = {}
+for backend in (None, "pyav"):  # None: the decoder lerobot picks for this platform (torchcodec when it loads)
+    ds = LeRobotDataset("sluice/export", root=root, video_backend=backend)
+    batches = list(torch.utils.data.DataLoader(ds, batch_size=16, num_workers=2, shuffle=False))
+    loaded[ds.video_backend] = batches
+    out["backends"][ds.video_backend] = {
+        "frames": sum(len(b["index"]) for b in batches),
+        "indices": torch.cat([b["index"] for b in batches]).tolist() == list(range(len(ds))),
+        "image_shape": list(batches[0]["observation.images.front"].shape[1:]),
+    }
+(_, one), (_, other) = loaded.items()
+cameras = [k for k in ds.meta.features if k.startswith("observation.images.")]
+out["decoders_gap"] = max(float((a[k] - b[k]).abs().max()) for a, b in zip(one, other) for k in cameras)
+out["default_backend"] = next(iter(loaded))
+batches = loaded[out["default_backend"]]
+out.update(episodes=ds.meta.total_episodes, splits=ds.meta.info["splits"], robot_type=ds.meta.robot_type)
+# each split's episodes as lerobot selects them, named by the source episode the export recorded
+out["split_episodes"] = {}
+for split, span in ds.meta.info["splits"].items():
+    start, stop = map(int, span.split(":"))
+    part = LeRobotDataset("sluice/export", root=root, episodes=list(range(start, stop)))
+    out["split_episodes"][split] = {
+        "sources": [part.meta.episodes[i]["sluice/source_episode_id"] for i in range(start, stop)],
+        "frames": len(part),
+        "episode_index": sorted(set(np.asarray(part.hf_dataset["episode_index"]).tolist())),
+    }
+# every normalization mode lerobot has, against its formula applied to the stats as the export wrote them
+written = json.load(open(root + "/meta/stats.json"))
+BOUNDS = {"MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"), "QUANTILE10": ("q10", "q90")}
 features = dataset_to_policy_features(ds.meta.features)
-for mode in (NormalizationMode.QUANTILES, NormalizationMode.MEAN_STD, NormalizationMode.MIN_MAX):
+for mode in (NormalizationMode.QUANTILES, NormalizationMode.QUANTILE10, NormalizationMode.MEAN_STD, NormalizationMode.MIN_MAX):
     step = NormalizerProcessorStep.from_lerobot_dataset(
         ds, features, {FeatureType.STATE: mode, FeatureType.ACTION: mode, FeatureType.VISUAL: mode}
     )
     normed = [transition_to_batch(step(batch_to_transition(dict(b)))) for b in batches]
-    state = torch.cat([n["observation.state"] for n in normed])
-    out[mode.value] = {
-        "finite": all(bool(torch.isfinite(n[k]).all()) for n in normed for k in ("observation.state", "action")),
-        "changed": not torch.equal(state, torch.cat([b["observation.state"] for b in batches])),
-        "state_range": [float(state.min()), float(state.max())],
-    }
+    seen = {}
+    for key in KEYS:
+        x = torch.cat([b[key] for b in batches])
+        y = torch.cat([n[key] for n in normed])
+        s = {k: torch.tensor(v, dtype=torch.float32) for k, v in written[key].items()}
+        if mode.value == "MEAN_STD":
+            want = (x - s["mean"]) / (s["std"] + 1e-8)
+        else:
+            low, high = (s[b] for b in BOUNDS[mode.value])
+            width = torch.where(high == low, torch.tensor(1e-8), high - low)
+            want = 2 * (x - low) / width - 1
+        seen[key] = {
+            "finite": bool(torch.isfinite(y).all()),
+            "changed": not torch.equal(x, y),
+            "formula_gap": float((y - want).abs().max()),
+            "range": [float(y.min()), float(y.max())],
+            "inside": float(((y >= -1) & (y <= 1)).float().mean()),
+        }
+    out[mode.value] = seen
 # the stats lerobot computes from episode 0's frames, against the export's stats of that episode
 import pandas as pd
-episodes = pd.read_parquet(sys.argv[1] + "/meta/episodes/chunk-000/file-000.parquet")
+episodes = pd.read_parquet(root + "/meta/episodes/chunk-000/file-000.parquet")
 data = ds.hf_dataset.with_format("numpy")
 state = np.stack(data["observation.state"])[np.asarray(data["episode_index"]) == 0]
 theirs = compute_episode_stats({"observation.state": state}, ds.meta.features)["observation.state"]
@@ -103,10 +143,12 @@ def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str
             "q90",
             "q99",
         }
-    assert all(
-        a <= b
-        for a, b in zip(stats["observation.state"]["q01"], stats["observation.state"]["q99"], strict=True)
-    )
+    # the dataset's quantiles are those of every frame's values (not a mean of the episodes' quantiles)
+    frames_table = pq.read_table(out / "data/chunk-000/file-000.parquet")
+    for key in ("observation.state", "action"):
+        values = np.stack(frames_table.column(key).to_numpy(zero_copy_only=False)).astype(np.float64)
+        for name, want in value_quantiles(values).items():
+            np.testing.assert_array_equal(stats[key][name], want)
     assert report.episodes == 2 and len(report.checks) == 4 + 3 * 3
     info = json.loads((out / "meta/info.json").read_text())
     assert info["codebase_version"] == "v3.0" and info["fps"] == 30
@@ -155,6 +197,7 @@ def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str
 
     lerobot_python = os.environ.get("SLUICE_LEROBOT_PYTHON")
     if lerobot_python:  # an interpreter with lerobot installed (a separate venv; it pulls in torch)
+        assert Path(lerobot_python).is_file(), f"SLUICE_LEROBOT_PYTHON={lerobot_python} does not exist"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
         done = subprocess.run(
             [lerobot_python, "-c", LEROBOT_LOAD, str(out)],
@@ -165,13 +208,29 @@ def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str
         )
         assert done.returncode == 0, done.stderr[-3000:]
         seen = json.loads(done.stdout.strip().splitlines()[-1])
-        assert seen["episodes"] == 2 and seen["frames"] == sum(lengths) and seen["indices"]
-        assert seen["image_shape"] == [3, 48, 64] and seen["robot_type"] == "acme_bimanual"
+        # every frame through a 2-worker DataLoader, with lerobot's default decoder and with pyav
+        assert seen["default_backend"] == "torchcodec" and set(seen["backends"]) == {"torchcodec", "pyav"}
+        for backend, read in seen["backends"].items():
+            assert read == {"frames": sum(lengths), "indices": True, "image_shape": [3, 48, 64]}, backend
+        assert seen["decoders_gap"] < 0.1  # both decoders return the same frames (pixels in [0, 1])
+        assert seen["episodes"] == 2 and seen["robot_type"] == "acme_bimanual"
+        # each split, as lerobot selects its episodes, holds the episodes the manifest gives that split
         assert seen["splits"] == info["splits"] == {"train": "0:1", "val": "1:2"}
-        for mode in ("QUANTILES", "MEAN_STD", "MIN_MAX"):
-            assert seen[mode]["finite"] and seen[mode]["changed"], (mode, seen[mode])
-        low, high = seen["MIN_MAX"]["state_range"]
-        assert low >= -1.0 - 1e-5 and high <= 1.0 + 1e-5
+        assert seen["split_episodes"] == {
+            "train": {"sources": [first], "frames": lengths[0], "episode_index": [0]},
+            "val": {"sources": [second], "frames": lengths[1], "episode_index": [1]},
+        }
+        # each mode is lerobot's formula over the stats as written, for state, action and a camera
+        for mode in ("QUANTILES", "QUANTILE10", "MEAN_STD", "MIN_MAX"):
+            for key, normed in seen[mode].items():
+                assert normed["finite"] and normed["changed"], (mode, key, normed)
+                assert normed["formula_gap"] < 1e-4, (mode, key, normed)
+        for key, normed in seen["MIN_MAX"].items():
+            low, high = normed["range"]
+            assert low >= -1.0 - 1e-5 and high <= 1.0 + 1e-5, (key, normed)
+        # QUANTILES maps q01..q99 of the whole dataset to [-1, 1]: nearly every value lands inside
+        for key in ("observation.state", "action"):
+            assert 0.95 <= seen["QUANTILES"][key]["inside"] < 1.0, seen["QUANTILES"][key]
         # the episode's stats as lerobot computes them: quantiles within two of its 5,000 histogram bins
         gap, width = seen["stats_gap"], seen["state_range_width"]
         assert set(gap) == {"min", "max", "mean", "std", "q01", "q10", "q50", "q90", "q99"}, gap

@@ -1,0 +1,91 @@
+"""The export's statistics: exact per episode, and the dataset's quantiles those of all samples pooled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.export.episode import EpisodeFrames
+from pipeline.export.stats import (
+    QUANTILE_KEYS,
+    QUANTILES,
+    DatasetStats,
+    image_samples,
+    pixel_quantiles,
+    value_quantiles,
+)
+
+
+def _episode(rng: np.random.Generator, n: int, centre: float, brightness: int) -> EpisodeFrames:
+    state = (centre + rng.normal(0, 0.1, (n, 4))).astype(np.float32)
+    image = rng.integers(0, 64, (n, 24, 32, 3), dtype=np.uint8) + np.uint8(brightness)
+    return EpisodeFrames(
+        cameras={"front": image},
+        state=state,
+        action=state[:, :2] * 2,
+        fps=30,
+        state_names=[f"s{i}" for i in range(4)],
+        action_names=["a0", "a1"],
+    )
+
+
+def _first_reaching(values: np.ndarray, q: float) -> np.ndarray:
+    """The definition, column by column: the smallest sample with at least q * n samples at or below it."""
+    out = []
+    for col in values.T:
+        ordered = np.sort(col)
+        at_or_below = np.searchsorted(ordered, ordered, side="right")  # samples <= each sample
+        out.append(ordered[np.argmax(at_or_below >= q * len(col))])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 70, 100, 1000])
+def test_quantiles_are_lerobots(n: int) -> None:
+    rng = np.random.default_rng(n)
+    # skewed, with ties and empty bins, per channel; n = 70 and 100 put q * n on float edges (0.1 * 70 > 7)
+    pixels = np.stack(
+        [rng.integers(0, 256, n), rng.integers(250, 256, n), rng.geometric(0.2, n).clip(0, 255)], 1
+    )
+    histogram = np.stack([np.bincount(pixels[:, c], minlength=256) for c in range(3)])
+    from_histogram, from_values = pixel_quantiles(histogram), value_quantiles(pixels / 255.0)
+    for key, q in zip(QUANTILE_KEYS, QUANTILES, strict=True):
+        want = _first_reaching(pixels / 255.0, q)
+        np.testing.assert_array_equal(from_values[key], want)
+        np.testing.assert_allclose(from_histogram[key], want, rtol=0, atol=1e-12)
+    values = rng.normal(size=(n, 2))
+    for key, q in zip(QUANTILE_KEYS, QUANTILES, strict=True):
+        np.testing.assert_array_equal(value_quantiles(values)[key], _first_reaching(values, q))
+
+
+def test_dataset_quantiles_pool_the_episodes() -> None:
+    # two episodes in different parts of the space: averaging their quantiles would give a narrow band
+    rng = np.random.default_rng(0)
+    episodes = [_episode(rng, 90, -1.0, 0), _episode(rng, 30, 1.0, 150)]
+    stats = DatasetStats()
+    per_episode = [stats.add(e) for e in episodes]
+    result = stats.result()
+
+    state = np.concatenate([e.state.astype(np.float64) for e in episodes])
+    pixels = np.concatenate([image_samples(e.cameras["front"]).reshape(-1, 3) for e in episodes]) / 255.0
+    for key, q in zip(QUANTILE_KEYS, QUANTILES, strict=True):
+        np.testing.assert_array_equal(result["observation.state"][key], _first_reaching(state, q))
+        np.testing.assert_allclose(
+            np.ravel(result["observation.images.front"][key]), _first_reaching(pixels, q), atol=1e-12
+        )
+        np.testing.assert_allclose(
+            per_episode[1]["observation.state"][key],
+            _first_reaching(episodes[1].state.astype(np.float64), q),
+        )
+    share = np.mean(
+        (state >= result["observation.state"]["q01"]) & (state <= result["observation.state"]["q99"])
+    )
+    assert share >= 0.95  # 2 of 120 samples fall below q01, 2 above q99
+    # the moments aggregate exactly, the image count is of frames
+    np.testing.assert_allclose(result["observation.state"]["mean"], state.mean(axis=0))
+    np.testing.assert_allclose(result["observation.state"]["std"], state.std(axis=0))
+    np.testing.assert_allclose(np.ravel(result["observation.images.front"]["std"]), pixels.std(axis=0))
+    assert result["observation.images.front"]["count"] == [120]
+    assert np.shape(result["observation.images.front"]["q01"]) == (3, 1, 1)
+    frame_index = np.r_[0:90, 0:30].astype(np.float64)[:, None]
+    assert result["frame_index"]["max"] == [89.0]
+    assert result["frame_index"]["q50"] == _first_reaching(frame_index, 0.5).tolist()
