@@ -305,3 +305,15 @@ def test_clips_are_planned_from_the_first_frame_not_from_zero(tmp_path: Path) ->
     outputs = transform_video(shifted, tmp_path / "out", opts)
     assert [(o.start_s, o.end_s) for o in outputs] == [pytest.approx((1.5 + 24 / 30, 4.5))]
     assert clip_indices(tmp_path / "out" / outputs[0].file) == list(range(24, 90))
+
+
+def test_a_scene_of_exactly_the_minimum_length_is_a_clip() -> None:
+    """60 frames at 30 fps with cuts at 0.6 s and 1.0 s (the demo's first clip): the last scene is 30 frames,
+    exactly min_clip_duration_s, though the frame sums make the clip 1.9999999999999998 s long."""
+    from pipeline.config import ClipOptions
+    from pipeline.transcode.clips import Analysis, plan_clips
+
+    duration = 1.9999999999999998  # what analyse() measured for the demo's 2 s clip (frame times summed)
+    analysis = Analysis(320, 240, 0, False, None, (0.6, 1.0), duration, 60)
+    plans = plan_clips(analysis, ClipOptions(min_clip_duration_s=1.0))
+    assert [(round(p.start_s, 6), round(p.end_s, 6)) for p in plans] == [(1.0, 2.0)]
