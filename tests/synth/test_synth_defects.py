@@ -32,7 +32,12 @@ def test_every_flag_has_a_function_and_an_expected_outcome() -> None:
 
 
 def test_drop_has_one_file_per_flag(robot_drop, video_drop) -> None:
-    for (_, manifest), flags in ((robot_drop, RobotDefect), (video_drop, VideoDefect)):
+    from pipeline.synth.defects import defect_applies
+
+    # The default flavor's H.264 cameras and unnamed joints cannot carry corrupt_image or renamed_joints.
+    robot_flags = [d for d in RobotDefect if defect_applies(d, "default")]
+    assert set(RobotDefect) - set(robot_flags) == {RobotDefect.CORRUPT_IMAGE, RobotDefect.RENAMED_JOINTS}
+    for (_, manifest), flags in ((robot_drop, robot_flags), (video_drop, list(VideoDefect))):
         assert sorted(f.defect for f in manifest.files if f.defect) == sorted(flags)
         for made in manifest.files:
             assert (made.expected_state, made.expected_reasons) == expected_outcome(made.defect)
