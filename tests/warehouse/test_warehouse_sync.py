@@ -110,6 +110,7 @@ def test_incremental_sync_moves_only_new_and_changed_rows(
         "annotations": 1,
         "artifacts": 1,
         "artifact_inputs": 1,
+        "episode_state_changes": 2,  # the state history: the quarantine above, the new episode's state
     }
     assert {t.mode for t in report.tables} == {"incremental"}
     _assert_warehouse_matches(catalog_engine, warehouse_path)
