@@ -123,9 +123,7 @@ class _Encodes:
         episode = read_source(source, config.contract, config.truth)
         self.names = [c.name for c in episode.cameras]
         self.rate = episode.cameras[0].rate
-        self.yuv = {
-            c.name: [f.to_ndarray() for f in c.frames.decode(what=c.name)] for c in episode.cameras
-        }
+        self.yuv = {c.name: [f.to_ndarray() for f in c.frames.decode(what=c.name)] for c in episode.cameras}
         self.frames = min(len(v) for v in self.yuv.values())
         self.reference = {name: _rgb(self.yuv[name][::PSNR_FRAME_STRIDE]) for name in self.names}
         self.figures: dict[str, dict[str, Any]] = {}
