@@ -59,6 +59,18 @@ class EncodedFrame:
     keyframe: bool
 
 
+def _yuv420p_context(codec: str, width: int, height: int, fps: Fraction) -> av.VideoCodecContext:
+    """An encoder context for yuv420p frames at ``fps`` (time base one frame)."""
+    # A video codec's name gives a video context (PyAV's stubs only know that for literal names).
+    ctx = cast("av.VideoCodecContext", av.CodecContext.create(codec, "w"))
+    ctx.width = width
+    ctx.height = height
+    ctx.pix_fmt = "yuv420p"
+    ctx.time_base = 1 / fps
+    ctx.framerate = fps
+    return ctx
+
+
 class AnnexBEncoder:
     """Encodes yuv420p frames to raw Annex B access units, one per frame, without a container.
 
@@ -67,12 +79,7 @@ class AnnexBEncoder:
     """
 
     def __init__(self, width: int, height: int, fps: Fraction, settings: H264Settings) -> None:
-        ctx = av.CodecContext.create("libx264", "w")
-        ctx.width = width
-        ctx.height = height
-        ctx.pix_fmt = "yuv420p"
-        ctx.time_base = 1 / fps
-        ctx.framerate = fps
+        ctx = _yuv420p_context("libx264", width, height, fps)
         ctx.thread_count = X264_THREADS
         ctx.options = settings.x264_options()
         self._ctx = ctx
@@ -98,12 +105,7 @@ class HevcAnnexBEncoder(AnnexBEncoder):
     worker-pool threads would make the bytes depend on the machine)."""
 
     def __init__(self, width: int, height: int, fps: Fraction, settings: H264Settings) -> None:
-        ctx = av.CodecContext.create("libx265", "w")
-        ctx.width = width
-        ctx.height = height
-        ctx.pix_fmt = "yuv420p"
-        ctx.time_base = 1 / fps
-        ctx.framerate = fps
+        ctx = _yuv420p_context("libx265", width, height, fps)
         params = (
             f"keyint={settings.gop_frames}:min-keyint={settings.gop_frames}:scenecut=0:bframes=0:"
             "repeat-headers=1:annexb=1:frame-threads=1:pools=none:log-level=error"

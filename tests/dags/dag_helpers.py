@@ -82,3 +82,15 @@ def vendor_config(name: str, drop: Path, *, steps: dict[str, Any] | None = None)
 def task_states(dag_run: Any) -> dict[tuple[str, int], str | None]:
     """(task_id, map_index) → state of every task instance of a ``dag.test()`` run."""
     return {(ti.task_id, ti.map_index): ti.state for ti in dag_run.get_task_instances()}
+
+
+def catalog_rows(database_url: str, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` on the catalog at ``database_url`` (a short-lived engine: tests read after runs)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(row) for row in conn.execute(text(sql), params)]
+    finally:
+        engine.dispose()

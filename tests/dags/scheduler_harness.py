@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from dag_helpers import vendor_config
+from dag_helpers import catalog_rows, vendor_config
 from dag_test_steps import FAILURES_FILE, read_calls
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
 from pipeline.airflow_local import LocalAirflow
 from pipeline.orchestrate.airflow_client import AirflowClient
@@ -123,12 +123,7 @@ class SchedulerHarness:
         self.client.clear_failed(vendor.name, run_id)
 
     def catalog(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
-        engine = create_engine(self.catalog_url)
-        try:
-            with engine.connect() as conn:
-                return [tuple(row) for row in conn.execute(text(sql), params)]
-        finally:
-            engine.dispose()
+        return catalog_rows(self.catalog_url, sql, **params)
 
 
 def task_states(run: ScheduledRun) -> dict[tuple[str, int], str | None]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from dag_helpers import SyntheticVendor, task_states
+from dag_helpers import SyntheticVendor, catalog_rows, task_states
 from dag_test_steps import read_calls
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import make_url
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.slow]
 
@@ -20,12 +20,7 @@ STEPS = ("ingest", "quality_pre", "transcode", "quality_post", "annotate", "shar
 
 
 def _catalog(vendor: SyntheticVendor, sql: str, **params: object) -> list[tuple]:
-    engine = create_engine(vendor.database_url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(row) for row in conn.execute(text(sql), params)]
-    finally:
-        engine.dispose()
+    return catalog_rows(vendor.database_url, sql, **params)
 
 
 def test_an_unknown_conf_key_fails_the_run_before_anything_is_opened(
