@@ -119,11 +119,16 @@ def test_foxglove_reads_every_transcoded_episode(
         assert camera["foreignFields"] == [], topic  # decoded fields are all @foxglove/schemas' own
         assert camera["notAnnexB"] == 0 and camera["frames"] == 45, topic
         assert camera["keyframes"] >= 1 and camera["keyframesWithoutParameterSets"] == 0, topic
-        assert camera["sliceTypes"].get("I", 0) == camera["keyframes"], topic
-        if profile != "random_access":  # the Foxglove-viewable profiles: no B-frames, stamps rising
+        if profile != "random_access":  # the Foxglove-viewable profiles: closed GOPs, no B-frames, stamps rising
+            assert camera["sliceTypes"].get("I", 0) == camera["keyframes"], topic
             assert set(camera["sliceTypes"]) <= {"I", "P"}, topic
             assert camera["stampsIncreasing"] is True, topic
-        else:  # the dependency-decoupled layout has B-frames by design: decode order is not display order
+        else:
+            # the dependency-decoupled layout: an open GOP, so one IDR and then a non-IDR I anchor every
+            # gop_frames frames, with B-frames between (decode order is not display order)
+            gop = TranscodeOptions.model_validate({"profile": profile}).gop_frames
+            assert camera["keyframes"] == 1, topic
+            assert camera["sliceTypes"].get("I", 0) == -(-45 // gop), topic
             assert camera["sliceTypes"].get("B", 0) > 0, topic
     resampled = {t: j for t, j in found["json"].items() if t.endswith("/resampled")}
     assert resampled
