@@ -24,7 +24,7 @@ help:
 
 $(VENV)/.synced: pyproject.toml uv.lock
 	@python3 -m uv --version >/dev/null 2>&1 || command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
-	$(UV) sync --frozen --python 3.11
+	$(UV) sync --frozen --python 3.11 --extra cluster
 	@touch $@
 
 setup: $(VENV)/.synced

@@ -1,0 +1,189 @@
+"""One shape for every long-running process the project starts: start, health, stop, logs, what ``down`` finds.
+
+A :class:`Daemon` is one command run detached in its own process group (so that stopping it stops what it
+forked), with its pid and start instant in ``<run_dir>/<name>.pid`` and its output in
+``<log_dir>/<name>.log``. A later process (``sluice services down``, a test's teardown) finds it from those
+files alone; the recorded start instant (:func:`pipeline.airflow_local.process_start_mark`) makes sure a
+signal only ever reaches the very process that was started, never a stranger that got its pid.
+
+Not mirakuru (which pytest-postgresql and pytest-redis build on): its executors kill everything they
+started when the starting Python process exits (an ``atexit`` hook), and this project's services must
+outlive the command that started them (``sluice services up``, ``--keep-running``). Ports come from
+port-for, as with those plugins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import InfrastructureError
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+
+class ServiceError(InfrastructureError):
+    """A service the project starts did not come up, or is missing from this machine."""
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    name: str
+    pid: int | None
+    log_file: Path
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (port-for's choice among the unprivileged ones)."""
+    import port_for
+
+    return int(port_for.select_random())
+
+
+def port_answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class Daemon:
+    """``argv`` run detached as ``name``; ``ready`` says when it serves (polled after the start)."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        run_dir: Path,
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = [str(a) for a in argv]
+        self.run_dir = run_dir
+        self.log_dir = log_dir
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.ready = ready
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.log_dir / f"{self.name}.log"
+
+    def live_pid(self) -> int | None:
+        """The recorded pid if that very process (same start instant) still runs."""
+        import psutil
+
+        from pipeline.airflow_local import process_start_mark
+
+        try:
+            pid_text, mark = self.pid_file.read_text().split()
+            pid = int(pid_text)
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return None
+        except (OSError, ValueError, psutil.Error):
+            return None
+        return pid if process_start_mark(pid) == mark else None
+
+    def status(self) -> DaemonStatus:
+        return DaemonStatus(self.name, self.live_pid(), self.log_file)
+
+    def start(self, *, timeout_s: float = START_TIMEOUT_S) -> int:
+        """Start it unless it runs; wait until ``ready``; return its pid."""
+        from pipeline.airflow_local import process_start_mark
+
+        pid = self.live_pid()
+        if pid is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            with self.log_file.open("ab") as out:
+                process = subprocess.Popen(
+                    self.argv,
+                    env=self.env,
+                    cwd=self.cwd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # its own group: stop() reaches whatever it forks
+                )
+            pid = process.pid
+            self.pid_file.write_text(f"{pid} {process_start_mark(pid)}")
+            log.info("started %s (pid %d), log %s", self.name, pid, self.log_file)
+        self.wait_ready(timeout_s=timeout_s)
+        return pid
+
+    def wait_ready(self, *, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.live_pid() is None:
+                raise ServiceError(f"{self.name} exited during start-up:\n{tail(self.log_file)}")
+            if self.ready is None or self.ready():
+                return
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    f"{self.name} did not become ready within {timeout_s:g} s:\n{tail(self.log_file)}"
+                )
+            time.sleep(0.2)
+
+    def signal(self, signum: int) -> int | None:
+        """Send ``signum`` to the daemon's process group (a fault test's kill -9); its pid, or None."""
+        pid = self.live_pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signum)
+        return pid
+
+    def stop(self, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+        """SIGTERM to its group, SIGKILL after ``timeout_s``; whether it was running."""
+        from pipeline.airflow_local import _group_alive
+
+        pid = self.live_pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _group_alive(pid):
+            time.sleep(0.1)
+        if _group_alive(pid):
+            log.warning("%s (pid %d) did not stop in %g s; killing it", self.name, pid, timeout_s)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            while _group_alive(pid):
+                time.sleep(0.1)
+        self.pid_file.unlink(missing_ok=True)
+        log.info("stopped %s (pid %d)", self.name, pid)
+        return True
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,145 @@
+"""The store and a vendor source on s3:// through s3fs, against a local S3-protocol server the suite starts.
+
+A robot drop with defects is uploaded to a bucket, and the run-level functions a DAG's tasks call take it
+from there into a store in another bucket: discover, plan, ingest, pre-gate, transcode, post-gate, shard,
+warehouse sync, then a dataset whose manifest is read back from s3:// as a training rank reads it. Only the
+environment names the endpoint and the keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import s3fs
+import yaml
+
+from pipeline.config import load_vendor
+from pipeline.enums import FileState, StepName
+from pipeline.orchestrate import discover, plan, run_batch_step, start_run, validate_conf
+from pipeline.orchestrate.run import warehouse_sync
+from pipeline.services.s3server import LocalS3Server, make_buckets
+from pipeline.settings import load_settings
+from pipeline.steps.runner import build_context
+from pipeline.synth import RobotDropConfig, make_robot_drop
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+DROP = RobotDropConfig(
+    episodes=1, seconds=1.5, width=64, height=48, defects=("truncated", "crc_flipped", "duplicate")
+)
+STEPS = (
+    StepName.INGEST,
+    StepName.QUALITY_PRE,
+    StepName.TRANSCODE,
+    StepName.QUALITY_POST,
+    StepName.SHARD,
+)
+
+
+def test_a_drop_on_s3_lands_in_an_s3_store_and_its_manifest_reads_back(
+    s3_server: LocalS3Server, tmp_path: Path, migrated_database_url: str
+) -> None:
+    from pipeline.datasets import build, load_spec
+    from pipeline.manifest.loader import open_manifest
+
+    make_buckets("sluice-drops", "sluice-store")
+    local = tmp_path / "drop"
+    manifest = make_robot_drop(local, DROP)
+    fs = s3fs.S3FileSystem()
+    fs.put(str(local) + "/", "sluice-drops/acme/", recursive=True)
+    raw_before = {f.path: f.sha256 for f in manifest.files}
+
+    data = yaml.safe_load((REPO / "dags" / "vendors" / "acme_robotics.yaml").read_text())
+    data["source"] |= {"url": "s3://sluice-drops/acme", "settle_s": 0}
+    data["planner"] |= {"batch_stagger_s": 0, "min_splits": 2}
+    (tmp_path / "vendors").mkdir()
+    vendor_file = tmp_path / "vendors" / "acme_robotics.yaml"
+    vendor_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    vendor = load_vendor(vendor_file)
+    settings = load_settings(
+        home=tmp_path / "home",
+        database_url=migrated_database_url,
+        store_url="s3://sluice-store",
+        vendors_dir=tmp_path / "vendors",
+        project_dir=tmp_path,
+    )
+    ctx = build_context(settings)
+    try:
+        run_id = start_run(
+            ctx,
+            vendor,
+            dag_id=vendor.name,
+            run_id="manual__s3",
+            toggles=validate_conf(vendor, {"shard": True}),
+        )
+        found = discover(ctx, vendor, run_id)
+        assert found["n_candidates"] == len(manifest.files)
+        assert found["listing_uri"].startswith("s3://sluice-store/")
+        batch_ids = plan(ctx, vendor, run_id)["batch_ids"]
+        for step in STEPS:
+            for batch_id in batch_ids:
+                done = run_batch_step(settings, vendor, step, run_id, batch_id, ctx=ctx)
+                assert done["failed"] == 0, done
+        warehouse_sync(ctx)
+        states = _file_states(ctx.engine)
+        version = build(
+            load_spec(REPO / "dags" / "datasets" / "demo_accepted.yaml"),
+            engine=ctx.engine,
+            warehouse_path=settings.warehouse_path,
+            store=ctx.store,
+        )
+    finally:
+        ctx.engine.dispose()
+
+    # Which of two names of the same bytes is the original depends on which batch registered it first (the
+    # plan orders by size and listing time, and an S3 listing's times are the upload's): one of them is.
+    expected = {
+        f.path: (f.expected_state.value, sorted(r.value for r in f.expected_reasons)) for f in manifest.files
+    }
+    pair = {f.path for f in manifest.files if f.duplicate_of} | {
+        f.duplicate_of for f in manifest.files if f.duplicate_of
+    }
+    assert {p: s for p, s in states.items() if p not in pair} == {
+        p: s for p, s in expected.items() if p not in pair
+    }
+    assert sorted(states[p] for p in pair) == [("accepted", []), ("duplicate", [])]
+    # Raw bytes: every input's object is in the store's raw area under its sha256, and the source is unchanged.
+    for f in manifest.files:
+        assert (
+            fs.cat_file(f"sluice-drops/acme/{f.path}")
+            and hashlib.sha256(fs.cat_file(f"sluice-drops/acme/{f.path}")).hexdigest() == raw_before[f.path]
+        )
+        assert fs.exists(f"sluice-store/raw/{f.sha256}")
+    assert not fs.exists("sluice-store/tmp") or fs.ls("sluice-store/tmp") == []  # nothing staged is left
+    assert fs.ls("sluice-store/derived/transcode"), "no transcoded output in the S3 store"
+    assert fs.ls("sluice-store/shards"), "no shard in the S3 store"
+    accepted = [
+        f for f in manifest.files if f.expected_state in (FileState.ACCEPTED, FileState.ACCEPTED_WITH_FLAGS)
+    ]
+    assert version.manifest_uri and version.manifest_uri.startswith("s3://sluice-store/manifests/")
+    assert version.row_count == len(accepted)
+    loaded = open_manifest(
+        version.manifest_uri, rank=0, world_size=1, split=None, cache_dir=tmp_path / "cache"
+    )
+    assert loaded.total_rows == len(accepted)
+    rows = [row for batch in loaded.batches(16) for row in batch.to_pylist()]
+    assert len(rows) == len(accepted)
+    assert all(
+        str(uri).startswith("s3://sluice-store/")
+        for row in rows
+        for key, uri in row.items()
+        if key.endswith("uri") and uri
+    )
+
+
+def _file_states(engine: object) -> dict[str, tuple[str, list[str]]]:
+    import sqlalchemy as sa
+
+    query = sa.text(
+        "SELECT sf.path, e.state, e.reasons FROM episodes e JOIN source_files sf ON sf.id = e.source_file_id"
+    )
+    with engine.connect() as conn:  # type: ignore[attr-defined]
+        return {r.path: (r.state, sorted(r.reasons or [])) for r in conn.execute(query)}
