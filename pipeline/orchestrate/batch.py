@@ -235,4 +235,5 @@ def run_batch_step(
         "seconds": counts["seconds"],
         "episodes": len(counts["episode_ids"]),
         "waited_s": waited_s,
+        "ray_nodes": counts["ray_nodes"],
     }

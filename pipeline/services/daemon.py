@@ -115,6 +115,12 @@ class Daemon:
 
     def start(self, *, timeout_s: float = START_TIMEOUT_S) -> int:
         """Start it unless it runs; wait until ``ready``; return its pid."""
+        pid = self.launch()
+        self.wait_ready(timeout_s=timeout_s)
+        return pid
+
+    def launch(self) -> int:
+        """Start it unless it runs, without waiting for it to be ready (to start several at once)."""
         from pipeline.airflow_local import process_start_mark
 
         pid = self.live_pid()
@@ -134,7 +140,6 @@ class Daemon:
             pid = process.pid
             self.pid_file.write_text(f"{pid} {process_start_mark(pid)}")
             log.info("started %s (pid %d), log %s", self.name, pid, self.log_file)
-        self.wait_ready(timeout_s=timeout_s)
         return pid
 
     def wait_ready(self, *, timeout_s: float = START_TIMEOUT_S) -> None:

@@ -55,6 +55,7 @@ class StepSummary:
     seconds: float = 0.0
     failures: list[dict[str, Any]] = field(default_factory=list)
     episode_ids: list[int] = field(default_factory=list)
+    ray_nodes: dict[str, int] = field(default_factory=dict)  # Ray node id -> items it ran
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +66,7 @@ class StepSummary:
             "failed": self.failed,
             "seconds": round(self.seconds, 3),
             "episode_ids": sorted(self.episode_ids),
+            "ray_nodes": dict(self.ray_nodes),
         }
 
 
@@ -111,7 +113,9 @@ def run_step(
         if executor == "local":
             results = _run_local(step, todo, pipeline_run_id, batch_id)
         elif executor == "ray":
-            results = _run_ray(step, todo, pipeline_run_id, batch_id, ray_address, item_timeout_s)
+            results = _run_ray(
+                step, todo, pipeline_run_id, batch_id, ray_address, item_timeout_s, summary.ray_nodes
+            )
         else:
             from pipeline.errors import UnknownChoiceError
 
@@ -290,9 +294,20 @@ class _RayWorker:
         self.step = step_class(StepName(step_name))(vendor, ctx)
         self.step.setup()
 
-    def process(self, item: WorkItem, pipeline_run_id: int | None, batch_id: int | None) -> StepResult:
-        # An actor waits for a claim another run holds: the other actors go on with the other items.
-        return _waited(self.step, item, pipeline_run_id, batch_id)
+    def process(
+        self, item: WorkItem, pipeline_run_id: int | None, batch_id: int | None
+    ) -> tuple[StepResult, str]:
+        """The item's result and the id of the Ray node it ran on (logged, and counted per node). An actor
+        waits for a claim another run holds: the other actors go on with the other items."""
+        import ray
+
+        result = _waited(self.step, item, pipeline_run_id, batch_id)
+        return result, ray.get_runtime_context().get_node_id()
+
+
+#: How often one item goes to another worker after the worker holding it died (its node killed, its
+#: process OOM-killed). Re-processing is safe: outputs are published atomically and step runs are upserts.
+RAY_ITEM_ATTEMPTS = 3
 
 
 def _run_ray(
@@ -302,7 +317,13 @@ def _run_ray(
     batch_id: int | None,
     ray_address: str | None,
     item_timeout_s: float,
+    nodes: dict[str, int] | None = None,
 ) -> list[StepResult]:
+    """Items on a pool of actors sized to what the cluster fits; ``nodes`` counts the items per node id.
+
+    An actor that dies (its node lost) takes no more items; its item goes back to the queue for a live
+    actor, or for a new one when none is left (Ray places it where the request fits, once a node can).
+    """
     import ray
 
     from pipeline.raycluster import ensure_ray, workers_that_fit
@@ -313,23 +334,30 @@ def _run_ray(
     actor_cls = ray.remote(num_cpus=res.cpus, num_gpus=res.gpus, memory=res.memory_bytes, max_restarts=0)(
         _RayWorker
     )
-    actors = [
-        actor_cls.remote(step.name.value, step.vendor, step.ctx.settings, step.ctx.code_version)
-        for _ in range(n_workers)
-    ]
+
+    def new_actor() -> Any:
+        return actor_cls.remote(step.name.value, step.vendor, step.ctx.settings, step.ctx.code_version)
+
+    actors = [new_actor() for _ in range(n_workers)]
     pending: dict[Any, int] = {}
     results: list[StepResult | None] = [None] * len(items)
+    attempts = [0] * len(items)
     queue = list(enumerate(items))
     idle = list(actors)
+    actor_of: dict[int, Any] = {}
 
     def submit() -> None:
+        if queue and not idle and not pending:  # every actor died: start one for what is left
+            actor = new_actor()
+            actors.append(actor)
+            idle.append(actor)
         while idle and queue:
             index, item = queue.pop(0)
             actor = idle.pop()
-            pending[actor.process.remote(item, pipeline_run_id, batch_id)] = index  # type: ignore[attr-defined]
+            attempts[index] += 1
+            pending[actor.process.remote(item, pipeline_run_id, batch_id)] = index
             actor_of[index] = actor
 
-    actor_of: dict[int, Any] = {}
     submit()
     try:
         while pending:
@@ -342,15 +370,38 @@ def _run_ray(
                 )
             ref = done[0]
             index = pending.pop(ref)
+            actor = actor_of.pop(index)
             try:
-                results[index] = ray.get(ref)
+                result, node_id = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                if attempts[index] < RAY_ITEM_ATTEMPTS:
+                    log.warning(
+                        "%s: the Ray worker holding %s died (%s); the item goes to another worker",
+                        step.name,
+                        items[index].key,
+                        type(exc).__name__,
+                    )
+                    queue.insert(0, (index, items[index]))
+                else:
+                    results[index] = StepResult(
+                        StepStatus.FAILED,
+                        detail=f"ray: its worker died {attempts[index]} times: {exc}",
+                        episode_id=items[index].episode_id,
+                    )
+                submit()
+                continue
             except ray.exceptions.RayError as exc:
                 results[index] = StepResult(
                     StepStatus.FAILED, detail=f"ray: {exc}", episode_id=items[index].episode_id
                 )
-            idle.append(actor_of.pop(index))
+            else:
+                results[index] = result
+                log.info("%s: %s ran on Ray node %s", step.name, items[index].key, node_id)
+                if nodes is not None:
+                    nodes[node_id] = nodes.get(node_id, 0) + 1
+            idle.append(actor)
             submit()
     finally:
         for actor in actors:
-            ray.kill(actor)  # type: ignore[arg-type]
+            ray.kill(actor)
     return [r for r in results if r is not None]

@@ -1,0 +1,224 @@
+"""A Ray cluster on one machine: a head and worker nodes, each its own ``ray start --block`` process group.
+
+The nodes declare their resources, so that a step's request fits only where it should: the head keeps one
+CPU (it runs the GCS; a transcode asking for two CPUs never lands there) and each worker node declares the
+CPUs and memory of the machine it stands for. ``SLUICE_RAY_ADDRESS`` set to :attr:`RayCluster.address`
+sends the heavy steps there (:mod:`pipeline.raycluster`). A worker node can be killed (a fault test's
+``kill -9``) and another started in its place; the runner moves the dead node's items to live workers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.services.daemon import Daemon, ServiceError, free_port, port_answers
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+HEAD = "ray-head"
+START_TIMEOUT_S = 120.0
+#: Memory each node declares for tasks (Ray's ``memory`` resource); the object store gets a small share
+#: of its own, enough for the results the runner gathers (they are small: outputs go to the store).
+OBJECT_STORE_BYTES = 256 * 1024**2
+WORKER_PORTS = (10002, 19999)
+AGENT_TIMEOUT_S = 180.0
+START_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    cpus: int
+    memory_bytes: int
+
+
+class RayCluster:
+    """A head and the worker nodes given; state and logs under ``root`` (also Ray's temp dir: short path)."""
+
+    def __init__(self, root: Path, *, head_cpus: int = 1, workers: tuple[NodeSpec, ...] = ()) -> None:
+        self.root = root
+        self.head_cpus = head_cpus
+        self.workers = {w.name: w for w in workers}
+        self._port_file = root / "ray-head.port"
+
+    @property
+    def ray_bin(self) -> Path:
+        return Path(sys.executable).with_name("ray")
+
+    @property
+    def port(self) -> int:
+        if not self._port_file.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._port_file.write_text(str(_port_outside_worker_range()))
+        return int(self._port_file.read_text())
+
+    @property
+    def address(self) -> str:
+        """What ``SLUICE_RAY_ADDRESS`` (``ray.init(address=...)``) takes."""
+        return f"{HOST}:{self.port}"
+
+    def _daemon(self, name: str, args: list[str]) -> Daemon:
+        # Every port a node would take by default is fixed (client server 10001, dashboard 8265, its agent
+        # 52365): two nodes on one machine, or another Ray beside this one, would collide on them.
+        argv = [
+            str(self.ray_bin),
+            "start",
+            "--block",
+            "--disable-usage-stats",
+            f"--node-ip-address={HOST}",
+            f"--dashboard-agent-listen-port={_port_outside_worker_range()}",
+            # Given, not chosen by the agent: the raylet otherwise waits for the agent to write the port it
+            # chose to a file, 15 s at most, which a loaded 2-core machine exceeds (the raylet then aborts).
+            f"--dashboard-agent-grpc-port={_port_outside_worker_range()}",
+            f"--metrics-export-port={_port_outside_worker_range()}",
+            f"--runtime-env-agent-port={_port_outside_worker_range()}",
+        ]
+        return Daemon(name, argv + args, run_dir=self.root, log_dir=self.root / "logs", env=_node_env())
+
+    def head(self) -> Daemon:
+        return self._daemon(
+            HEAD,
+            [
+                "--head",
+                f"--port={self.port}",
+                f"--num-cpus={self.head_cpus}",
+                "--num-gpus=0",
+                f"--object-store-memory={OBJECT_STORE_BYTES}",
+                "--include-dashboard=false",
+                f"--dashboard-port={_port_outside_worker_range()}",
+                f"--ray-client-server-port={_port_outside_worker_range()}",
+                f"--temp-dir={self.root / 'tmp'}",
+                "--resources=" + json.dumps({"sluice_head": 1}),
+            ],
+        )
+
+    def worker(self, name: str) -> Daemon:
+        spec = self.workers[name]
+        return self._daemon(
+            name,
+            [
+                f"--address={self.address}",
+                f"--num-cpus={spec.cpus}",
+                "--num-gpus=0",
+                f"--memory={spec.memory_bytes}",
+                f"--object-store-memory={OBJECT_STORE_BYTES}",
+                "--resources=" + json.dumps({f"node:{name}": 1}),
+            ],
+        )
+
+    def up(self) -> str:
+        """Start the head, then every worker node, each once it is in the cluster; return the address."""
+        head = self.head()
+        head.ready = lambda: port_answers(HOST, self.port) and _started(head)
+        _start_patiently(head)
+        for name in self.workers:
+            self.start_worker(name)
+        return self.address
+
+    def start_worker(self, name: str) -> int:
+        """Start worker node ``name`` (again, after a kill) and wait until the cluster counts it alive."""
+        daemon = self.worker(name)
+        offset = daemon.log_file.stat().st_size if daemon.log_file.exists() else 0
+        daemon.ready = lambda: _started(daemon, offset)
+        return _start_patiently(daemon)
+
+    def alive_nodes(self) -> dict[str, str]:
+        """Node id -> node name (``ray-head`` or a worker's) of the nodes the cluster counts alive."""
+        names = json.dumps(sorted(self.workers))
+        probe = (
+            "import json, ray\n"
+            f"ray.init(address={self.address!r}, log_to_driver=False, logging_level='ERROR')\n"
+            f"names = json.loads({names!r})\n"
+            "out = {}\n"
+            "for n in ray.nodes():\n"
+            "    if n['Alive']:\n"
+            "        mine = [w for w in names if 'node:' + w in n['Resources']]\n"
+            "        out[n['NodeID']] = mine[0] if mine else 'ray-head'\n"
+            "print(json.dumps(out))\n"
+        )
+        # Probed from a child process: a driver connected here would stay connected to this cluster.
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+        )
+        if done.returncode != 0:
+            return {}
+        try:
+            return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            return {}
+
+    def kill_worker(self, name: str, signum: int = 9) -> int | None:
+        """kill -9 the worker node's process group (raylet and its workers); its pid, or None."""
+        return self.worker(name).signal(signum)
+
+    def down(self) -> list[str]:
+        stopped = [name for name in self.workers if self.worker(name).stop()]
+        if self.head().stop():
+            stopped.append(HEAD)
+        return stopped
+
+    def running(self) -> bool:
+        return self.head().live_pid() is not None
+
+
+def _start_patiently(daemon: Daemon) -> int:
+    """Start a node, again when it gave up waiting for its own agent (what a loaded machine makes it do).
+
+    The raylet waits a fixed 15 s for the dashboard agent it spawns to write its port file (not settable
+    in Ray 2.60); that agent, a Python process importing the dashboard, took 27 s on 2 cores at load 10.
+    """
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return daemon.start(timeout_s=START_TIMEOUT_S)
+        except ServiceError as exc:
+            if attempt == START_ATTEMPTS or "timed out during startup" not in str(exc):
+                raise
+            log.warning(
+                "%s gave up waiting for its agent (attempt %d); starting it again", daemon.name, attempt
+            )
+            daemon.stop()
+    raise AssertionError("unreachable")
+
+
+def _node_env() -> dict[str, str]:
+    """The environment of a node's processes: this one, with a patient wait for the node's agents."""
+    import os
+
+    # The raylet waits this long for its dashboard agent to come up and say which ports it serves; the agent
+    # (a Python process importing the dashboard) took 30 s on a 2-core machine at load 10, twice the default.
+    return os.environ | {"RAY_agent_register_timeout_ms": str(int(AGENT_TIMEOUT_S * 1000))}
+
+
+def _port_outside_worker_range() -> int:
+    """A free port outside the range Ray gives its worker processes (10002-19999), which it refuses."""
+    while True:
+        port = free_port()
+        if not WORKER_PORTS[0] <= port <= WORKER_PORTS[1] and port != 10001:
+            return port
+
+
+def _started(daemon: Daemon, offset: int = 0) -> bool:
+    """Whether ``ray start`` said its node runs (it says so once the node has registered with the GCS)."""
+    try:
+        with daemon.log_file.open("rb") as handle:
+            handle.seek(offset)
+            return b"Ray runtime started" in handle.read()
+    except OSError:
+        return False
+
+
+def node_name(resources: dict[str, float]) -> str | None:
+    """The worker-node name a node's resources declare (``node:<name>``), if any."""
+    for key in resources:
+        if key.startswith("node:") and not key.startswith("node:__internal") and not key[5:].count("."):
+            return key[5:]
+    return None
+
+
+__all__ = ["HEAD", "NodeSpec", "RayCluster", "ServiceError", "node_name"]
