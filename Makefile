@@ -29,9 +29,10 @@ $(VENV)/.synced: pyproject.toml uv.lock
 
 setup: $(VENV)/.synced
 
-# System tools some tests drive (a headless browser for the UI test, compose for the stack file). Installed
+# System tools some tests drive (a headless browser for the UI test, compose for the stack file, Redis as the
+# Celery broker of cluster mode). Installed
 # from Debian's packages when running as root and missing; the tests skip with a reason when they are absent.
-SYSTEM_TOOLS := chromium docker-compose
+SYSTEM_TOOLS := chromium docker-compose redis-server
 system-tools:
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

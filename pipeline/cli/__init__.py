@@ -40,6 +40,7 @@ COMMAND_GROUPS: dict[str, str] = {
     "airflow": "pipeline.cli.airflow",
     "plan": "pipeline.cli.plan",
     "run": "pipeline.cli.run",
+    "services": "pipeline.cli.services",
 }
 
 # Markdown: the help texts are docstrings, whose ``code`` spans render as code instead of literal backticks.

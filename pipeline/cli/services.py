@@ -1,0 +1,50 @@
+"""``sluice services up | status | down``: the cluster-mode services of SLUICE_HOME (S3 server, Redis, Ray)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from pipeline.cli._common import console
+from pipeline.settings import load_settings
+
+app = typer.Typer(
+    no_args_is_help=True, help="Start, inspect and stop cluster mode's S3 server, Redis and Ray."
+)
+
+PARTS_HELP = "Which services (s3, redis, ray); all of them when omitted."
+
+
+@app.command()
+def up(names: list[str] = typer.Argument(None, help=PARTS_HELP)) -> None:
+    """Start the services (those running are kept) and say where each serves."""
+    from pipeline.services.registry import select
+
+    for part in select(load_settings().home_abs, names):
+        console.print(f"{part.name}: {part.up()}")
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Say which services run, where, with their pids and logs."""
+    from pipeline.services.registry import status as gather
+
+    info = gather(load_settings().home_abs)
+    if as_json:
+        print(json.dumps(info))
+        return
+    for name, part in info.items():
+        state = f"running at {part['where']}" if part["running"] else "stopped"
+        console.print(f"{name}: {state}")
+        for process, detail in part["processes"].items():
+            console.print(f"    {process}: pid {detail['pid']}, log {detail['log']}", highlight=False)
+
+
+@app.command()
+def down(names: list[str] = typer.Argument(None, help=PARTS_HELP)) -> None:
+    """Stop the services that run (found by their pid files, whoever started them)."""
+    from pipeline.services.registry import select
+
+    for part in select(load_settings().home_abs, names):
+        console.print(f"{part.name}: {'stopped' if part.down() else 'was not running'}")

@@ -1,0 +1,63 @@
+"""Redis for the Celery executor's broker: Debian's ``redis-server``, on a free port of 127.0.0.1.
+
+No persistence (``--save ''``, ``--appendonly no``): the broker holds only messages about task instances
+whose state Airflow keeps in its metadata DB, and a restart must not replay week-old ones.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+from pipeline.services.daemon import Daemon, ServiceError, free_port
+
+HOST = "127.0.0.1"
+PACKAGE = "redis-server"
+
+
+class LocalRedis:
+    name = "redis"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._port_file = root / "redis.port"
+
+    @property
+    def port(self) -> int:
+        if not self._port_file.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._port_file.write_text(str(free_port()))
+        return int(self._port_file.read_text())
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    @property
+    def daemon(self) -> Daemon:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ServiceError(
+                f"redis-server is not installed: it is Debian's `{PACKAGE}` package (`apt-get install "
+                f"{PACKAGE}`, or `make system-tools` as root)"
+            )
+        argv = [binary, "--bind", HOST, "--port", str(self.port), "--save", "", "--appendonly", "no"]
+        argv += ["--dir", str(self.root)]
+        return Daemon(self.name, argv, run_dir=self.root, log_dir=self.root, ready=self.healthy)
+
+    def healthy(self) -> bool:
+        """Whether it answers PING with PONG."""
+        try:
+            with socket.create_connection((HOST, self.port), timeout=2) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def up(self) -> str:
+        self.daemon.start()
+        return self.url
+
+    def down(self) -> bool:
+        return self.daemon.stop()

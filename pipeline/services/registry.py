@@ -1,0 +1,72 @@
+"""The cluster-mode services of one SLUICE_HOME, in one place: ``sluice services up | status | down``.
+
+Each lives in ``$SLUICE_HOME/services/<name>/`` (pid file with the process's start instant, port, log), so
+``status`` and ``down`` find what any earlier command started, by those files alone. Postgres and the local
+Airflow keep their own homes (``sluice db``, ``sluice airflow``); this registry holds the parts cluster mode
+adds: the S3 server, Redis and the Ray cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import UnknownChoiceError
+from pipeline.services.daemon import Daemon
+from pipeline.services.raynodes import NodeSpec, RayCluster
+from pipeline.services.redis import LocalRedis
+from pipeline.services.s3server import LocalS3Server
+
+#: The worker node cluster mode starts: two CPUs (a transcode's request) and its memory.
+RAY_WORKER = NodeSpec("worker1", cpus=2, memory_bytes=6 * 1024**3)
+PARTS = ("s3", "redis", "ray")
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    up: Callable[[], str]  # returns where it serves
+    down: Callable[[], bool]
+    daemons: Callable[[], list[Daemon]]
+    where: Callable[[], str]
+
+
+def parts(home: Path) -> dict[str, Part]:
+    root = home / "services"
+    s3 = LocalS3Server(root / "s3")
+    redis = LocalRedis(root / "redis")
+    ray = RayCluster(root / "ray", head_cpus=1, workers=(RAY_WORKER,))
+    return {
+        "s3": Part("s3", s3.up, s3.down, lambda: [s3.daemon], lambda: s3.endpoint_url),
+        "redis": Part("redis", redis.up, redis.down, lambda: [redis.daemon], lambda: redis.url),
+        "ray": Part(
+            "ray",
+            ray.up,
+            lambda: bool(ray.down()),
+            lambda: [ray.head(), *(ray.worker(n) for n in ray.workers)],
+            lambda: ray.address,
+        ),
+    }
+
+
+def select(home: Path, names: list[str] | None) -> list[Part]:
+    known = parts(home)
+    for name in names or []:
+        if name not in known:
+            raise UnknownChoiceError("service", name, PARTS)
+    return [known[n] for n in (names or PARTS)]
+
+
+def status(home: Path) -> dict[str, Any]:
+    """Per part: where it serves and each of its processes' pid (None: not running) and log."""
+    out: dict[str, Any] = {}
+    for part in parts(home).values():
+        daemons = part.daemons()
+        out[part.name] = {
+            "running": all(d.live_pid() is not None for d in daemons),
+            "where": part.where() if any(d.live_pid() for d in daemons) else None,
+            "processes": {d.name: {"pid": d.live_pid(), "log": str(d.log_file)} for d in daemons},
+        }
+    return out
