@@ -56,6 +56,7 @@ DROPPED_ENV_PREFIXES = ("AIRFLOW_", "AIRFLOW__")
 CRASH_LOG_BYTES = 4096
 
 _main_lock = threading.Lock()
+_daemon_lock = threading.Lock()
 
 
 class WorkerCrashedError(InfrastructureError):
@@ -82,7 +83,33 @@ def _no_main() -> Iterator[None]:
                 sys.modules["__main__"] = real
 
 
+@contextlib.contextmanager
+def _parent_not_daemonic() -> Iterator[None]:
+    """While a child is being started, let ``multiprocessing`` take this process for a non-daemonic one.
+
+    A task that a Celery worker's prefork pool runs is a fork of one of its pool processes, which are
+    daemonic, and ``multiprocessing`` refuses children to a daemonic process: every transcode on a Celery
+    worker failed with "daemonic processes are not allowed to have children". The rule keeps a daemon
+    from leaving orphans when it is terminated; these children cannot outlive the pool (WorkerPool shuts
+    them down, and a worker whose parent died exits on its broken call queue), so it does not apply.
+    """
+    config = multiprocessing.process.current_process()._config  # type: ignore[attr-defined]
+    daemonic = config.get("daemon")
+    config["daemon"] = False
+    try:
+        yield
+    finally:
+        if daemonic is not None:
+            config["daemon"] = daemonic
+        else:
+            config.pop("daemon", None)
+
+
 class _CleanProcess(SpawnProcess):
+    def start(self) -> None:
+        with _daemon_lock, _parent_not_daemonic():
+            super().start()
+
     @staticmethod
     def _Popen(process_obj: Any) -> Any:
         with _no_main():

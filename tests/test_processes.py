@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,26 @@ def test_work_not_started_can_be_cancelled() -> None:
         assert queued[-1].cancel()
         assert queued[-1].cancelled()
         running.result(timeout=60)
+
+
+def _pool_sum_in_this_process(out: Any) -> None:
+    try:
+        with WorkerPool(1, name="encoder") as pool:
+            out.put(("ok", pool.submit(sum, [1, 2, 3]).result(timeout=60)))
+    except BaseException as exc:
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def test_a_pool_starts_in_a_daemonic_process_as_a_celery_prefork_worker_runs_tasks() -> None:
+    """A Celery worker's prefork pool processes are daemonic, and the tasks they run are forks of them:
+    multiprocessing refused those a child ("daemonic processes are not allowed to have children"), so every
+    transcode on a Celery worker failed."""
+    import multiprocessing
+
+    fork = multiprocessing.get_context("fork")
+    out = fork.Queue()
+    task = fork.Process(target=_pool_sum_in_this_process, args=(out,), daemon=True)
+    task.start()
+    result = out.get(timeout=120)
+    task.join(timeout=60)
+    assert result == ("ok", 6)
