@@ -55,6 +55,14 @@ def free_port() -> int:
     return int(port_for.select_random())
 
 
+def kept_port(path: Path, choose: Callable[[], int] = free_port) -> int:
+    """The port recorded in ``path``, chosen (and recorded) on first use: a restart serves where it did."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(str(choose()))
+    return int(path.read_text())
+
+
 def port_answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout_s)

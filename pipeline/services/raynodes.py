@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.services.daemon import Daemon, ServiceError, free_port, port_answers
+from pipeline.services.daemon import Daemon, ServiceError, free_port, kept_port, port_answers
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,7 @@ class RayCluster:
 
     @property
     def port(self) -> int:
-        if not self._port_file.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._port_file.write_text(str(_port_outside_worker_range()))
-        return int(self._port_file.read_text())
+        return kept_port(self._port_file, _port_outside_worker_range)
 
     @property
     def address(self) -> str:

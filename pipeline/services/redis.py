@@ -10,7 +10,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from pipeline.services.daemon import Daemon, ServiceError, free_port
+from pipeline.services.daemon import Daemon, ServiceError, kept_port
 
 HOST = "127.0.0.1"
 PACKAGE = "redis-server"
@@ -25,10 +25,7 @@ class LocalRedis:
 
     @property
     def port(self) -> int:
-        if not self._port_file.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._port_file.write_text(str(free_port()))
-        return int(self._port_file.read_text())
+        return kept_port(self._port_file)
 
     @property
     def url(self) -> str:

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from pipeline.services.daemon import Daemon, ServiceError, free_port
+from pipeline.services.daemon import Daemon, ServiceError, kept_port
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +36,7 @@ class LocalS3Server:
 
     @property
     def port(self) -> int:
-        if not self._port_file.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._port_file.write_text(str(free_port()))
-        return int(self._port_file.read_text())
+        return kept_port(self._port_file)
 
     @property
     def endpoint_url(self) -> str:
