@@ -84,30 +84,35 @@ def _no_main() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _parent_not_daemonic() -> Iterator[None]:
-    """While a child is being started, let ``multiprocessing`` take this process for a non-daemonic one.
+def _parent_as_plain_process(child: Any) -> Iterator[None]:
+    """While ``child`` is being started, show ``multiprocessing`` this process as one of its own making.
 
     A task that a Celery worker's prefork pool runs is a fork of one of its pool processes, which are
-    daemonic, and ``multiprocessing`` refuses children to a daemonic process: every transcode on a Celery
-    worker failed with "daemonic processes are not allowed to have children". The rule keeps a daemon
-    from leaving orphans when it is terminated; these children cannot outlive the pool (WorkerPool shuts
-    them down, and a worker whose parent died exits on its broken call queue), so it does not apply.
+    billiard's and daemonic. ``multiprocessing`` refuses children to a daemonic process: every transcode on
+    a Celery worker failed with "daemonic processes are not allowed to have children". The rule keeps a
+    daemon from leaving orphans when it is terminated; these children cannot outlive the pool (WorkerPool
+    shuts them down, and a worker whose parent died exits on its broken call queue), so it does not apply.
+    The fork also left billiard's AuthenticationString as this process's authkey, which the spawn then
+    refused to pickle ("Pickling an AuthenticationString object is disallowed"): the same bytes go as
+    multiprocessing's own type.
     """
     config = multiprocessing.process.current_process()._config  # type: ignore[attr-defined]
-    daemonic = config.get("daemon")
+    saved = {key: config[key] for key in ("daemon", "authkey") if key in config}
+    plain = getattr(multiprocessing.process, "AuthenticationString")  # noqa: B009 (not in the stubs)
     config["daemon"] = False
+    for target in (config, child._config):
+        if target.get("authkey") is not None and type(target["authkey"]) is not plain:
+            target["authkey"] = plain(bytes(target["authkey"]))
     try:
         yield
     finally:
-        if daemonic is not None:
-            config["daemon"] = daemonic
-        else:
-            config.pop("daemon", None)
+        config.pop("daemon", None)
+        config.update(saved)
 
 
 class _CleanProcess(SpawnProcess):
     def start(self) -> None:
-        with _daemon_lock, _parent_not_daemonic():
+        with _daemon_lock, _parent_as_plain_process(self):
             super().start()
 
     @staticmethod

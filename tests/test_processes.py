@@ -129,13 +129,14 @@ def _pool_sum_in_this_process(out: Any) -> None:
         out.put(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def test_a_pool_starts_in_a_daemonic_process_as_a_celery_prefork_worker_runs_tasks() -> None:
-    """A Celery worker's prefork pool processes are daemonic, and the tasks they run are forks of them:
-    multiprocessing refused those a child ("daemonic processes are not allowed to have children"), so every
-    transcode on a Celery worker failed."""
-    import multiprocessing
+def test_a_pool_starts_in_a_celery_prefork_pool_process() -> None:
+    """A Celery worker's prefork pool processes are billiard's daemonic forks, and the tasks they run are
+    forks of those: multiprocessing refused them a child ("daemonic processes are not allowed to have
+    children"), then would not pickle billiard's authkey for the spawn, so every transcode on a Celery
+    worker failed."""
+    billiard = pytest.importorskip("billiard")  # Celery's multiprocessing (the cluster extra)
 
-    fork = multiprocessing.get_context("fork")
+    fork = billiard.get_context("fork")
     out = fork.Queue()
     task = fork.Process(target=_pool_sum_in_this_process, args=(out,), daemon=True)
     task.start()
