@@ -13,12 +13,13 @@ SLUICE := $(VENV)/bin/sluice
 export SLUICE_HOME ?= $(CURDIR)/.sluice
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-tools foxglove-reader demo test test-lerobot lint typecheck fmt clean bench
+.PHONY: help setup system-tools foxglove-reader demo test test-cluster test-lerobot lint typecheck fmt clean bench
 
 help:
 	@echo "make demo       run the main job end to end (starts and stops its own Postgres)"
 	@echo "make test       run the test suite (starts and stops its own Postgres)"
 	@echo "make lint       ruff + mypy"
+	@echo "make test-cluster  Celery workers per queue and a Ray head + worker node, with their fault tests (~20 min)"
 	@echo "make test-lerobot  the LeRobot export through lerobot itself (builds $(LEROBOT_VENV), with torch)"
 	@echo "make clean      stop the local Postgres and delete $(SLUICE_HOME)"
 
@@ -58,6 +59,11 @@ demo: setup
 
 test: setup system-tools foxglove-reader
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The cluster tests that start many services each (Redis + Airflow on Celery with a worker per queue; a
+# Ray head and worker node): opt-in, beside `make test`, which keeps the S3 store test.
+test-cluster: setup system-tools
+	SLUICE_TEST_CLUSTER=1 $(VENV)/bin/pytest tests/cluster -q $(PYTEST_ARGS)
 
 # The LeRobot round trip needs lerobot and torch: never in the project's venv, so a venv of their own.
 # lerobot 0.4.4 is the newest release for Python 3.11 (0.5 needs 3.12). Its torch, torchvision and torchcodec

@@ -36,8 +36,8 @@ pytestmark = [
     # fixed 15 s for the dashboard agent it spawns, which took 27-36 s to start at load 5-10 here), and
     # each attempt costs a minute or more; see docs/cluster.md.
     pytest.mark.skipif(
-        not os.environ.get("SLUICE_TEST_RAY_CLUSTER"),
-        reason="set SLUICE_TEST_RAY_CLUSTER=1 to start a Ray head and worker node (minutes on 2 cores)",
+        not os.environ.get("SLUICE_TEST_CLUSTER"),
+        reason="`make test-cluster` (SLUICE_TEST_CLUSTER=1) starts a Ray head and worker node (minutes on 2 cores)",
     ),
 ]
 
