@@ -119,7 +119,7 @@ def test_foxglove_reads_every_transcoded_episode(
         assert camera["foreignFields"] == [], topic  # decoded fields are all @foxglove/schemas' own
         assert camera["notAnnexB"] == 0 and camera["frames"] == 45, topic
         assert camera["keyframes"] >= 1 and camera["keyframesWithoutParameterSets"] == 0, topic
-        if profile != "random_access":  # the Foxglove-viewable profiles: closed GOPs, no B-frames, stamps rising
+        if profile != "random_access":  # Foxglove-viewable: closed GOPs, no B-frames, stamps rising
             assert camera["sliceTypes"].get("I", 0) == camera["keyframes"], topic
             assert set(camera["sliceTypes"]) <= {"I", "P"}, topic
             assert camera["stampsIncreasing"] is True, topic
