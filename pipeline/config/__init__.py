@@ -13,6 +13,7 @@ from __future__ import annotations
 from pipeline.config.contract import (
     CalibrationSource,
     CameraSpec,
+    EpisodeMetadataSource,
     IngestOptions,
     QualityPost,
     QualityPre,
@@ -69,6 +70,7 @@ __all__ = [
     "CameraSpec",
     "ChunkTargets",
     "ClipOptions",
+    "EpisodeMetadataSource",
     "IngestOptions",
     "PlannerLimits",
     "PoolConfig",

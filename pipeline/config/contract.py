@@ -7,6 +7,8 @@ and a comment saying why the default is what it is.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -470,6 +472,68 @@ class CalibrationSource(FrozenModel):
     @property
     def enabled(self) -> bool:
         return self.sidecar_path is not None or bool(self.topics)
+
+
+#: The ids an episode's ``episode`` metadata record may carry, and which the catalog keeps.
+EPISODE_ID_KEYS: tuple[str, ...] = ("robot_id", "session_id", "episode_id", "task")
+
+
+class EpisodeMetadataSource(FrozenModel):
+    """Where an episode's ids (robot, session, episode, task) come from besides its log's ``episode``
+    metadata record. rosbag2 never writes one: a ROS 2 fleet keeps the robot and session in its folder
+    layout (``robot_07/2026-05-01-10-00-00/..._0.mcap``). The record wins; the path fills in what it lacks;
+    ``values`` fills in what neither gives."""
+
+    path_pattern: str | None = Field(
+        default=None,
+        description=(
+            "Regular expression searched in each file's path relative to the vendor root; its named groups "
+            "(robot_id, session_id, episode_id, task) give the ids the log's 'episode' record lacks."
+        ),
+    )
+    values: dict[str, str] = Field(
+        default_factory=dict,
+        description="Fixed ids for every episode of the vendor (a one-robot vendor's robot_id).",
+    )
+
+    @field_validator("path_pattern")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is None:
+            return None
+        try:
+            groups = set(re.compile(pattern).groupindex)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        unknown = groups - set(EPISODE_ID_KEYS)
+        if unknown or not groups:
+            raise ValueError(
+                f"named groups must be among {', '.join(EPISODE_ID_KEYS)}"
+                + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "; it names none")
+            )
+        return pattern
+
+    @field_validator("values")
+    @classmethod
+    def _known_keys(cls, values: dict[str, str]) -> dict[str, str]:
+        unknown = set(values) - set(EPISODE_ID_KEYS)
+        if unknown:
+            raise ValueError(
+                f"keys must be among {', '.join(EPISODE_ID_KEYS)}; unknown: {', '.join(sorted(unknown))}"
+            )
+        if any(not v.strip() for v in values.values()):
+            raise ValueError("an id must not be empty")
+        return values
+
+    def resolve(self, record: Mapping[str, str], relative_path: str | None) -> dict[str, str]:
+        """The episode's ids: the record's non-empty values, then the path's groups, then ``values``."""
+        out = {k: v for k, v in self.values.items()}
+        if self.path_pattern is not None and relative_path is not None:
+            found = re.search(self.path_pattern, relative_path)
+            if found is not None:
+                out |= {k: v for k, v in found.groupdict().items() if v}
+        out |= {k: v for k, v in record.items() if v}
+        return out
 
 
 class IngestOptions(FrozenModel):

@@ -27,7 +27,15 @@ CONFIG_FORMAT_VERSION = 1
 #: pools, steps) are nobody's input; neither are the source's location and credentials.
 STEP_READS: dict[StepName, tuple[str, ...]] = {
     StepName.INGEST: ("kind", "topics", "video", "calibration", "ingest"),
-    StepName.QUALITY_PRE: ("kind", "topics", "video", "calibration", "timestamps", "quality.pre"),
+    StepName.QUALITY_PRE: (
+        "kind",
+        "topics",
+        "video",
+        "calibration",
+        "episode_metadata",
+        "timestamps",
+        "quality.pre",
+    ),
     StepName.TRANSCODE: ("kind", "topics", "timestamps.truth", "transcode"),
     StepName.QUALITY_POST: ("kind", "transcode", "quality.post"),
     StepName.ANNOTATE: ("kind", "annotate"),

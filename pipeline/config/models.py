@@ -8,6 +8,7 @@ Sections and their readers:
                           for kind video)
 ``timestamps``            ingest, quality_pre (``truth`` also transcode)
 ``calibration``           ingest, quality_pre
+``episode_metadata``      quality_pre (ids from the path when the log has no ``episode`` record)
 ``ingest``                ingest (probe limits)
 ``quality.pre/.post``     quality_pre / quality_post
 ``transcode``             transcode, quality_post
@@ -31,6 +32,7 @@ from pydantic import Field, field_validator, model_validator
 from pipeline.config.contract import (
     CalibrationSource,
     Container,
+    EpisodeMetadataSource,
     IngestOptions,
     QualityThresholds,
     SourceConfig,
@@ -77,6 +79,10 @@ class VendorConfig(FrozenModel):
     )
     timestamps: TimestampPolicy = Field(default_factory=TimestampPolicy)
     calibration: CalibrationSource = Field(default_factory=CalibrationSource)
+    episode_metadata: EpisodeMetadataSource = Field(
+        default_factory=EpisodeMetadataSource,
+        description="Where robot and session ids come from when a log's 'episode' record lacks them.",
+    )
     ingest: IngestOptions = Field(default_factory=IngestOptions)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
     transcode: TranscodeOptions = Field(default_factory=lambda: TranscodeOptions.model_validate({}))

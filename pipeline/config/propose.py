@@ -331,7 +331,10 @@ def _render(name: str, sample: Path, source_url: str, report: Any, topics: list[
     if episode is None or not {"robot_id", "session_id"} <= set(episode.values):
         lines += [
             "",
-            "# NOTE: the sample has no 'episode' metadata record with robot_id and session_id; the pre-gate",
-            "# quarantines robot logs without them (missing_metadata): the recorder must write one.",
+            "# NOTE: the sample has no 'episode' metadata record with robot_id and session_id (rosbag2",
+            "# writes none); the pre-gate quarantines robot logs without them (missing_metadata). Take them",
+            "# from the drop's folder layout, or have the recorder write the record:",
+            "episode_metadata:",
+            "  path_pattern: '(?P<robot_id>[^/]+)/(?P<session_id>[^/]+)/[^/]+$'  # robot/session/file.mcap",
         ]
     return "\n".join(lines) + "\n"

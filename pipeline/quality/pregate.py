@@ -11,7 +11,14 @@ list of outcomes, :func:`decide` derives the one state the input ends in.
 * :mod:`pipeline.quality.video` – videos (and the probe limits a vendor's contract implies).
 """
 
-from pipeline.quality.robot import check_mcap, is_robot_contract, mcap_expectations, mcap_tables, schema_drift
+from pipeline.quality.robot import (
+    check_mcap,
+    episode_ids,
+    is_robot_contract,
+    mcap_expectations,
+    mcap_tables,
+    schema_drift,
+)
 from pipeline.quality.suite import CheckOutcome, Expect, Verdict, decide, failed_outcome, run_suite, warm_up
 from pipeline.quality.timing import gap_rate, topic_gap_rates
 from pipeline.quality.video import check_video, probe_limits, video_expectations, video_tables
@@ -23,6 +30,7 @@ __all__ = [
     "check_mcap",
     "check_video",
     "decide",
+    "episode_ids",
     "failed_outcome",
     "gap_rate",
     "is_robot_contract",

@@ -98,8 +98,10 @@ def check_mcap(
     *,
     calibration_id: int | None,
     baseline_schemas: Mapping[str, str] | None = None,
+    relative_path: str | None = None,
 ) -> list[CheckOutcome]:
-    """All pre-gate checks of one robot log (the near-duplicate check needs the catalog: see the step)."""
+    """All pre-gate checks of one robot log (the near-duplicate check needs the catalog: see the step);
+    ``relative_path`` is the file's path in the vendor root, where ``episode_metadata`` may find its ids."""
     outcomes = finding_outcomes(
         "mcap",
         [(f.code, f.detail, None, f.fatal, f.topic) for f in report.findings],
@@ -107,7 +109,7 @@ def check_mcap(
     )
     if not report.ok:
         return outcomes  # nothing else can be trusted after a fatal read
-    streams, episode = mcap_tables(report, vendor, calibration_id=calibration_id)
+    streams, episode = mcap_tables(report, vendor, calibration_id=calibration_id, relative_path=relative_path)
     outcomes += run_suite(mcap_expectations(vendor), {"streams": streams, "episode": episode})
     outcomes += content_checks(report, vendor)
     outcomes += schema_drift(report, baseline_schemas or {})
@@ -117,8 +119,16 @@ def check_mcap(
 # -- tables ------------------------------------------------------------------------------------------------
 
 
+def episode_ids(report: LogReport, vendor: VendorConfig, relative_path: str | None) -> dict[str, str]:
+    """The episode's ids (robot_id, session_id, episode_id, task): its ``episode`` metadata record's, with
+    what the record lacks from the path and the fixed values of the vendor's ``episode_metadata``."""
+    meta = report.metadata_record("episode")
+    record = dict(meta.values) if meta is not None else {}
+    return vendor.episode_metadata.resolve(record, relative_path)
+
+
 def mcap_tables(
-    report: LogReport, vendor: VendorConfig, *, calibration_id: int | None
+    report: LogReport, vendor: VendorConfig, *, calibration_id: int | None, relative_path: str | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The ``streams`` (one row per topic) and ``episode`` (one row) tables the suites validate."""
     import pandas as pd
@@ -150,8 +160,7 @@ def mcap_tables(
             }
         )
     streams = pd.DataFrame(rows, columns=list(STREAM_COLUMNS))
-    meta = report.metadata_record("episode")
-    values = dict(meta.values) if meta is not None else {}
+    values = episode_ids(report, vendor, relative_path)
     duration_s = (  # like the gap rates, without the clock jump: that is reported once, as clock_jump
         (report.end_ns - report.start_ns - excess_ns) / 1e9
         if report.start_ns is not None and report.end_ns is not None
@@ -169,6 +178,15 @@ def mcap_tables(
         ]
     )
     return streams, episode
+
+
+def _missing_id(key: str, vendor: VendorConfig) -> str:
+    where = "the log's 'episode' metadata record"
+    if vendor.episode_metadata.path_pattern is not None:
+        where += " or its path (episode_metadata.path_pattern)"
+    else:
+        where += " (rosbag2 writes none: episode_metadata.path_pattern can take it from the path)"
+    return f"no {key} in {where}"
 
 
 def _contract_problem(topic: TopicStats, spec: Any) -> str | None:
@@ -335,7 +353,7 @@ def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
             "ExpectColumnValuesToNotBeNull",
             {"column": "robot_id"},
             R.MISSING_METADATA,
-            explain=lambda f, labels: "no robot_id in the 'episode' metadata record",
+            explain=lambda f, labels: _missing_id("robot_id", vendor),
         ),
         Expect(
             "session_id_present",
@@ -343,7 +361,7 @@ def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
             "ExpectColumnValuesToNotBeNull",
             {"column": "session_id"},
             R.MISSING_METADATA,
-            explain=lambda f, labels: "no session_id in the 'episode' metadata record",
+            explain=lambda f, labels: _missing_id("session_id", vendor),
         ),
         duration_bounds(pre),
     ]

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from pipeline.config import VendorConfig
-    from pipeline.mcaplog import LogReport
     from pipeline.quality.pregate import CheckOutcome
     from pipeline.videoprobe import VideoProber
 
@@ -189,18 +188,20 @@ class QualityPreStep(Step):
     def _gate_mcap(self, episode_id: int, path: Path) -> StepResult:
         from pipeline.catalog.sources import StreamStats
         from pipeline.mcaplog import read_log
-        from pipeline.quality.pregate import check_mcap, is_robot_contract, topic_gap_rates
+        from pipeline.quality.pregate import check_mcap, episode_ids, is_robot_contract, topic_gap_rates
 
         contract = self.vendor.topics
         robot = is_robot_contract(self.vendor)
         report = read_log(path, **read_log_options(self.vendor))
-        values = _episode_values(report)
+        relative = self._source_path(episode_id)
+        values = episode_ids(report, self.vendor, relative)
         calibration_id = self._calibration(values.get("robot_id"), report.start_ns)
         outcomes = check_mcap(
             report,
             self.vendor,
             calibration_id=calibration_id,
             baseline_schemas=self._baseline_schemas(episode_id) if report.ok else {},
+            relative_path=relative,
         )
         fingerprint = _fingerprint([t.content_digest for t in report.topics]) if report.ok and robot else None
         roles = _roles(contract)
@@ -333,20 +334,27 @@ class QualityPreStep(Step):
             ).one()
         return row.sha256, SourceKind(row.kind)
 
-    def _source_mtime_s(self, episode_id: int) -> float | None:
-        """The modification time of the episode's file in the vendor's drop (None when it is gone)."""
-        import fsspec
+    def _source_path(self, episode_id: int) -> str:
+        """The episode's file's path in the vendor's drop, as the catalog spells it."""
         from sqlalchemy import select
 
         from pipeline.catalog import make_session_factory, session_scope
         from pipeline.catalog.models import Episode, SourceFile
 
         with session_scope(make_session_factory(self.ctx.engine)) as session:
-            relative = session.execute(
-                select(SourceFile.path)
-                .join(Episode, Episode.source_file_id == SourceFile.id)
-                .where(Episode.id == episode_id)
-            ).scalar_one()
+            return str(
+                session.execute(
+                    select(SourceFile.path)
+                    .join(Episode, Episode.source_file_id == SourceFile.id)
+                    .where(Episode.id == episode_id)
+                ).scalar_one()
+            )
+
+    def _source_mtime_s(self, episode_id: int) -> float | None:
+        """The modification time of the episode's file in the vendor's drop (None when it is gone)."""
+        import fsspec
+
+        relative = self._source_path(episode_id)
         url = self.vendor.source_url(self.ctx.settings.project_dir_abs)
         try:
             fs, root = fsspec.core.url_to_fs(url, **dict(self.vendor.source.storage_options))
@@ -420,11 +428,6 @@ def _near_duplicate(session: Session, episode_id: int, fingerprint: str) -> int 
             Episode.content_fingerprint == fingerprint, Episode.id != episode_id
         )
     ).scalar_one()
-
-
-def _episode_values(report: LogReport) -> dict[str, str]:
-    meta = report.metadata_record("episode")
-    return {k: v for k, v in (meta.values if meta is not None else {}).items() if v}
 
 
 def _roles(contract: Any) -> dict[str, StreamRole]:

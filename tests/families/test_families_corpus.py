@@ -8,8 +8,10 @@ the valid bag passes every contract and content check and transcodes to resample
 values; the other is refused for its encoding. The README's ingest outcomes (duplicates, the split
 recording) are checked under the generic profile in tests/ingest/test_ingest_corpus.py.
 
-Real rosbag2 bags carry no ``episode`` metadata record (robot and session id), so every profile that lists
-topics holds them back with ``missing_metadata`` as well: expected here, and said in docs/episodes.md.
+Real rosbag2 bags carry no ``episode`` metadata record (robot and session id), so a profile that lists
+topics holds them back with ``missing_metadata`` unless it says where the ids are: the field-path profile
+takes them from the bag's file name (``episode_metadata.path_pattern``), as a fleet takes them from its
+folder layout, and its bag is accepted.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from mcap.reader import make_reader
 from pipeline.config import StampSource, VendorConfig, load_vendor
 from pipeline.enums import CheckStatus, FileState, ReasonCode
 from pipeline.mcaplog import read_log
-from pipeline.quality.pregate import check_mcap, decide
+from pipeline.quality.pregate import check_mcap, decide, episode_ids
 from pipeline.steps.quality_pre import read_log_options
 from pipeline.transcode import Provenance, RobotTranscodeConfig, transcode_episode
 from pipeline.transcode.layout import resampled_topic
@@ -54,7 +56,8 @@ def _facts(path: Path) -> dict[str, object]:
 
 
 def _verdict(path: Path, vendor: VendorConfig):  # type: ignore[no-untyped-def]
-    return decide(check_mcap(read_log(path, **read_log_options(vendor)), vendor, calibration_id=None))
+    report = read_log(path, **read_log_options(vendor))
+    return decide(check_mcap(report, vendor, calibration_id=None, relative_path=path.name))
 
 
 def test_real_bags_under_the_ros2_example_vendor_are_held_back_for_contract_reasons_only(
@@ -87,9 +90,14 @@ def test_real_bags_under_the_ros2_example_vendor_are_held_back_for_contract_reas
     assert "message encoding 'wrong_format'" in rmw.detail
 
 
-def _field_path_vendor() -> VendorConfig:
-    """A ROS 2 profile for cdr_test's two topics, their numbers picked by path (no cameras)."""
+def _field_path_vendor(*, ids_from_path: bool = True) -> VendorConfig:
+    """A ROS 2 profile for cdr_test's two topics, their numbers picked by path (no cameras); the robot
+    and session ids from the bag's name (``<robot>_..._mcap_<session>_0.mcap`` here)."""
     data = copy.deepcopy(load_vendor(KESTREL).model_dump(mode="json"))
+    if ids_from_path:
+        data["episode_metadata"] = {
+            "path_pattern": r"^(?P<robot_id>[a-z0-9]+)_.*?_mcap_(?P<session_id>.+)_0\.mcap$"
+        }
     data["name"] = "corpus_ros2_fields"
     data["topics"]["cameras"] = []
     data["topics"]["state"] = [
@@ -118,11 +126,20 @@ def _field_path_vendor() -> VendorConfig:
 def test_a_real_cdr_bag_read_by_field_path_passes_its_contract_and_transcodes(
     corpus_dir: Path, tmp_path: Path
 ) -> None:
-    vendor = _field_path_vendor()
     bag = corpus_dir / "rosbag2" / CDR_TEST
-    got = _verdict(bag, vendor)
-    # Only the metadata record a rosbag2 bag never has; every contract and content check passes.
+    # Without a source for the ids only the metadata record a rosbag2 bag never has is missing ...
+    got = _verdict(bag, _field_path_vendor(ids_from_path=False))
     assert (got.state, got.reasons) == (FileState.QUARANTINED, (R.MISSING_METADATA,)), got.detail
+    assert "episode_metadata.path_pattern" in got.detail  # ... and the reason says where they could come from
+    # ... with the ids from the bag's name, every contract and content check passes: accepted, flagged
+    # only because rosbag2 wrote its chunk without a CRC (corruption there could not be detected).
+    vendor = _field_path_vendor()
+    assert episode_ids(read_log(bag), vendor, bag.name) == {
+        "robot_id": "rosbag2",
+        "session_id": "cdr_test_cdr_test",
+    }
+    got = _verdict(bag, vendor)
+    assert (got.state, got.reasons) == (FileState.ACCEPTED_WITH_FLAGS, (R.CRC_ABSENT,)), got.detail
     checks = {
         c.name: c for c in check_mcap(read_log(bag, **read_log_options(vendor)), vendor, calibration_id=None)
     }

@@ -200,6 +200,12 @@ ROBOT_CASES: dict[str, tuple[RobotMaker, Expected]] = {
         lambda c, d: rewrite(c, d, metadata={}, shift_ns=5),
         Q(R.MISSING_METADATA),
     ),
+    # No 'episode' record, as rosbag2 writes none: the vendor's episode_metadata.path_pattern (set for
+    # zz/from_path/ only) gives the robot and session from the folders; rb77 has no calibration.
+    "zz/from_path/rb77/s9/no_record.mcap": (
+        lambda c, d: rewrite(c, d, metadata={}, shift_ns=15),
+        FLAG(R.NO_CALIBRATION),
+    ),
     "zz/content/too_short.mcap": (_too_short, Q(R.DURATION_OUT_OF_BOUNDS, R.TOO_FEW_FRAMES)),
     "zz/content/action_as_cbor.mcap": (
         lambda c, d: rewrite(c, d, encodings={"/robot/action": "cbor"}, shift_ns=6),

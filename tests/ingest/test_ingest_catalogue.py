@@ -77,7 +77,11 @@ def run(
     for rel, (make, expected) in ROBOT_CASES.items():
         make(clean, robot_root / rel)
         result.expected[catalog_path(rel)] = expected
-    robot = vendor_config(ACME, robot_root)
+    robot = vendor_config(
+        ACME,
+        robot_root,
+        episode_metadata={"path_pattern": r"^zz/from_path/(?P<robot_id>[^/]+)/(?P<session_id>[^/]+)/"},
+    )
 
     video_root = base / "northwind"
     video_manifest = make_video_drop(video_root, VIDEO_DROP)
@@ -172,6 +176,26 @@ def test_a_symlink_out_of_the_root_is_reported_not_followed(run: Run) -> None:
     over = run.reports["northwind_video"].passed_over
     assert [(o["path"], o["why"]) for o in over] == [("crafted/link_outside.mp4", "outside_root")]
     assert "crafted/link_outside.mp4" not in run.rows()
+
+
+def test_ids_missing_from_the_log_come_from_the_path_when_the_vendor_says_how(run: Run) -> None:
+    with run.ctx.engine.connect() as conn:
+        ids = {
+            path: (robot, session)
+            for path, robot, session in conn.execute(
+                sa.text(
+                    "SELECT sf.path, e.robot_id, e.session_id FROM episodes e "
+                    "JOIN source_files sf ON sf.id = e.source_file_id WHERE sf.path LIKE 'zz/%'"
+                )
+            )
+        }
+    assert ids["zz/from_path/rb77/s9/no_record.mcap"] == ("rb77", "s9")
+    assert (
+        ids["zz/content/no_calibration.mcap"][0] == "rb77"
+    )  # the log's own record, the pattern not matching
+    assert ids["zz/content/missing_metadata.mcap"] == (None, None)
+    detail = run.rows()["zz/content/missing_metadata.mcap"]["detail"]
+    assert "no robot_id in the log's 'episode' metadata record or its path" in detail
 
 
 def test_the_missing_topic_is_named(run: Run) -> None:
