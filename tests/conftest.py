@@ -94,7 +94,8 @@ def chromium() -> str:
 def connection_log(pg_server: LocalPostgres) -> Callable[[str], Callable[[], list[str]]]:
     """Who connects to a database: the session's server logs every connection (``log_connections``);
     ``connection_log(database)`` marks the log's end now and returns a function giving the user of every
-    connection to ``database`` since the mark."""
+    connection to ``database`` since the mark, but those of ``ignore_application`` (the test's own
+    readers, labelled with that ``application_name``); ``with_application`` adds each one's name."""
     import re
 
     import sqlalchemy as sa
@@ -105,15 +106,26 @@ def connection_log(pg_server: LocalPostgres) -> Callable[[str], Callable[[], lis
         conn.execute(sa.text("SELECT pg_reload_conf()"))
     engine.dispose()
 
-    def since_now(database: str) -> Callable[[], list[str]]:
+    def since_now(
+        database: str, *, ignore_application: str | None = None, with_application: bool = False
+    ) -> Callable[[], list[str]]:
         start = pg_server.log_file.stat().st_size
-        pattern = re.compile(rf"connection authorized: user=(\S+) database={re.escape(database)}(\s|$)")
+        pattern = re.compile(
+            rf"connection authorized: user=(\S+) database={re.escape(database)}(?:[ \t]+application_name=(\S+))?"
+            r"(?:[ \t][^\n]*)?$",  # the name whole: not the prefix of another database's
+            re.MULTILINE,
+        )
 
         def users() -> list[str]:
             with open(pg_server.log_file, "rb") as log:
                 log.seek(start)
                 text = log.read().decode("utf-8", "replace")
-            return [m.group(1) for m in pattern.finditer(text)]
+            found = pattern.finditer(text)
+            return [
+                f"{m.group(1)} ({m.group(2)})" if with_application else m.group(1)
+                for m in found
+                if ignore_application is None or m.group(2) != ignore_application
+            ]
 
         return users
 

@@ -26,7 +26,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "families"))
 from dag_helpers import REPO_DAGS, AirflowHome, SyntheticVendor, vendor_config
 from scheduler_harness import DAG_FILE as SCHEDULER_DAG_FILE
-from scheduler_harness import SchedulerHarness
+from scheduler_harness import HARNESS_APPLICATION, SchedulerHarness
+from sqlalchemy.engine import make_url
 
 AIRFLOW_BIN = Path(sys.executable).with_name("airflow")
 TEST_DAG_FILE = '''"""Airflow DAGs of the test suite: the vendors of SLUICE_VENDORS_DIR, run with dag_test_steps."""
@@ -100,9 +101,14 @@ def synthetic_vendor(
 
 
 @pytest.fixture(scope="session")
-def scheduler(tmp_path_factory: pytest.TempPathFactory, pg_server: Any) -> Iterator[SchedulerHarness]:
+def scheduler(
+    tmp_path_factory: pytest.TempPathFactory, pg_server: Any, role_passwords: tuple[str, str]
+) -> Iterator[SchedulerHarness]:
     """The session's real Airflow: services on a metadata DB of the suite's Postgres (see scheduler_harness).
 
+    Its tasks get the catalog as a deployment gives it to them: the superuser's URL (which they must not
+    use for the steps) and the ingest role's. The harness reads the catalog as the superuser, its
+    connections labelled ``HARNESS_APPLICATION`` so that a test can tell them from the tasks'.
     Stopped at the end with ``sluice airflow down``, which must find and stop all four services.
     """
     from pipeline.airflow_local import LocalAirflow
@@ -115,11 +121,14 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory, pg_server: Any) -> Itera
     for folder in (dags, vendors, store, home):
         folder.mkdir()
     (dags / "test_vendor_dags.py").write_text(SCHEDULER_DAG_FILE)
+    from pipeline.catalog.roles import ensure_roles
+
     catalog_url = pg_server.create_database("dags_scheduler")
     migrate.upgrade(catalog_url)
     sluice_env = {
         "SLUICE_HOME": str(home),
         "SLUICE_DATABASE_URL": catalog_url,
+        "SLUICE_INGEST_DATABASE_URL": ensure_roles(catalog_url, *role_passwords).writer_url,
         "SLUICE_STORE_URL": str(store),
         "SLUICE_VENDORS_DIR": str(vendors),
         "SLUICE_PROJECT_DIR": str(root),
@@ -140,7 +149,10 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory, pg_server: Any) -> Itera
     pools["cpu"] = PoolSpec(4, pools["cpu"].description)
     airflow.up(pools=pools)
     try:
-        yield SchedulerHarness(airflow, root, vendors, store, catalog_url)
+        harness_url = make_url(catalog_url).update_query_dict({"application_name": HARNESS_APPLICATION})
+        yield SchedulerHarness(
+            airflow, root, vendors, store, harness_url.render_as_string(hide_password=False)
+        )
     finally:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SLUICE_"))}
         done = subprocess.run(

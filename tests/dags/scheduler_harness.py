@@ -33,6 +33,8 @@ from sluice_factory import vendor_dags
 
 globals().update(vendor_dags(step_resolver="dag_test_steps:step_class"))
 '''
+#: The ``application_name`` of the harness's own catalog connections (the tasks' carry none).
+HARNESS_APPLICATION = "sluice-test-harness"
 #: A two-episode vendor's run takes about a minute on an idle 2-core machine; several run at once, and a
 #: machine busy with other work stretches them many times over.
 RUN_TIMEOUT_S = 2400.0

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcap.reader import make_reader
-from scheduler_harness import ScheduledVendor, SchedulerHarness, task_states
+from scheduler_harness import HARNESS_APPLICATION, ScheduledVendor, SchedulerHarness, task_states
+from sqlalchemy.engine import make_url
 
 from pipeline.orchestrate.scheduled import ScheduledRun
 
@@ -47,13 +49,17 @@ class Runs:
         self.vendors: dict[str, ScheduledVendor] = {}
         self.runs: dict[str, ScheduledRun] = {}
         self.run_ids: dict[str, str] = {}
+        #: the user of every catalog connection the runs' tasks opened (the harness's own left out)
+        self.catalog_users: list[str] = []
 
     def __getitem__(self, name: str) -> tuple[ScheduledVendor, ScheduledRun]:
         return self.vendors[name], self.runs[name]
 
 
 @pytest.fixture(scope="module")
-def runs(scheduler: SchedulerHarness) -> Iterator[Runs]:
+def runs(
+    scheduler: SchedulerHarness, connection_log: Callable[..., Callable[[], list[str]]]
+) -> Iterator[Runs]:
     out = Runs(scheduler)
     # name: (steps, conf, failures, batches); two episodes each, one per batch unless one batch.
     plans: dict[str, tuple[dict[str, Any], dict[str, Any] | None, dict[str, list[int]], int]] = {
@@ -71,10 +77,13 @@ def runs(scheduler: SchedulerHarness) -> Iterator[Runs]:
         out.vendors[name] = vendor
     for path in out.vendors["sched_empty_source"].drop.iterdir():
         shutil.rmtree(path) if path.is_dir() else path.unlink()
+    database = make_url(scheduler.catalog_url).database or ""
+    users = connection_log(database, ignore_application=HARNESS_APPLICATION, with_application=True)
     for name, (_, conf, _, _) in plans.items():
         out.run_ids[name] = scheduler.trigger(out.vendors[name], conf)
     for name in plans:
         out.runs[name] = scheduler.follow(out.vendors[name], out.run_ids[name])
+    out.catalog_users = users()
     yield out
 
 
@@ -123,6 +132,15 @@ def test_a_robot_vendor_runs_every_step_under_the_scheduler_with_two_encoder_pro
         assert len(video) == 3 and all(summary.statistics.channel_message_counts[c.id] > 0 for c in video)
     # Tasks waited for the scheduler, not for each other: the latency is reported, and it is finite.
     assert run.queue_latency_s() and max(run.queue_latency_s()) < 120
+
+
+def test_every_catalog_connection_of_the_scheduled_runs_is_the_ingest_role(runs: Runs) -> None:
+    """The tasks' environment holds the superuser's catalog URL as well as the ingest role's, as a
+    deployment's does: every task of the five runs (discover, plan, the steps, warehouse sync, finalize, the
+    failed and the empty runs' too) connects as the ingest role, which cannot rewrite recorded history."""
+    assert len(runs.catalog_users) >= 5 * len(STEPS)  # every step of every run connected
+    others = Counter(u for u in runs.catalog_users if not u.startswith("sluice_ingest "))
+    assert not others, others
 
 
 def test_a_step_switched_off_in_the_trigger_form_is_skipped_and_the_next_steps_run_on_what_is_there(
