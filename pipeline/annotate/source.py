@@ -32,6 +32,9 @@ WORK_WIDTH_PX = 320
 #: Most frames kept per episode (decimated while decoding): a minute at 30 fps keeps every fourth frame.
 DEFAULT_MAX_FRAMES = 512
 VIDEO_SCHEMA = "foxglove.CompressedVideo"
+#: Frames :meth:`EpisodeSource.native_luma` decodes at the coded size: a second at 30 fps, enough for a
+#: field detector's history and for block statistics; 32 frames of 1280x720 luma are 29 MB.
+NATIVE_FRAMES = 32
 
 
 @dataclass(frozen=True)
@@ -85,41 +88,72 @@ class EpisodeSource:
         return frames
 
     def _decode_frames(self) -> Frames:
+        kept = _Decimator(self.max_frames)
+        for frame in self._decoded():
+            kept.add(_luma(frame))
+        camera = self._camera_name()
+        if kept.total == 0:
+            raise InputError(ReasonCode.TOO_FEW_FRAMES.value, f"{camera}: no frame decodes")
+        luma, indices = kept.result()
+        return Frames(camera=camera, luma=luma, indices=indices, total=kept.total, fps=self._fps())
+
+    def native_luma(self, count: int = NATIVE_FRAMES) -> np.ndarray:
+        """The first ``count`` decoded frames as luma at the coded size, ``(n, h, w)`` uint8 (cached).
+
+        Measures of the coding itself (block edges, interlaced fields) need the coded pixel grid, which the
+        shrunk :meth:`frames` no longer has; consecutive frames also let a field detector see motion. Only
+        the first ``count`` frames are decoded, so this costs little however long the episode.
+        """
+        asked, cached = self._cache.get("native_luma", (0, None))
+        if cached is None or asked < count:
+            import itertools
+
+            out = [
+                np.asarray(f.to_ndarray(format="gray"), dtype=np.uint8)
+                for f in itertools.islice(self._decoded(), count)
+            ]
+            if not out:
+                raise InputError(ReasonCode.TOO_FEW_FRAMES.value, f"{self._camera_name()}: no frame decodes")
+            cached = np.stack(out)
+            self._cache["native_luma"] = (count, cached)
+        native: np.ndarray = cached
+        return native[:count]
+
+    def _camera_name(self) -> str:
+        return "video" if self.kind is SourceKind.VIDEO else (self.camera_topic or "")
+
+    def _fps(self) -> float:
+        if self.kind is SourceKind.VIDEO:
+            return float(self._cache.get("video_fps", 30.0))
+        return self._camera_rate_hz()
+
+    def _decoded(self) -> Iterator[Any]:
+        """The primary camera's decoded frames (PyAV ``VideoFrame``), in order; stops when the caller does."""
         import av
 
         if self.kind is SourceKind.VIDEO:
-            camera = "video"
             try:
                 with av.open(str(self.path)) as container:
                     stream = container.streams.video[0]
                     rate = stream.average_rate or stream.guessed_rate
-                    fps = float(rate) if rate else 30.0
-                    kept = _Decimator(self.max_frames)
-                    for frame in container.decode(stream):
-                        kept.add(_luma(frame))
+                    self._cache["video_fps"] = float(rate) if rate else 30.0
+                    yield from container.decode(stream)
             except (av.FFmpegError, IndexError, OSError) as exc:
                 raise InputError(ReasonCode.DECODE_ERROR.value, f"{self.path.name}: {exc}") from None
-        else:
-            if self.camera_topic is None:
-                raise InputError(ReasonCode.ANNOTATOR_FAILED.value, "no camera topic for this robot log")
-            camera = self.camera_topic
-            kept = _Decimator(self.max_frames)
-            decoder = av.CodecContext.create("h264", "r")
-            for index, data in enumerate(self._camera_units()):
-                packet = av.Packet(data)
-                packet.pts = index
-                try:
-                    for frame in decoder.decode(packet):
-                        kept.add(_luma(frame))
-                except av.FFmpegError as exc:
-                    raise InputError(ReasonCode.DECODE_ERROR.value, f"{camera} unit {index}: {exc}") from None
-            for frame in decoder.decode(None):
-                kept.add(_luma(frame))
-            fps = self._camera_rate_hz()
-        if kept.total == 0:
-            raise InputError(ReasonCode.TOO_FEW_FRAMES.value, f"{camera}: no frame decodes")
-        luma, indices = kept.result()
-        return Frames(camera=camera, luma=luma, indices=indices, total=kept.total, fps=fps)
+            return
+        if self.camera_topic is None:
+            raise InputError(ReasonCode.ANNOTATOR_FAILED.value, "no camera topic for this robot log")
+        camera = self.camera_topic
+        self._cache["camera_log_times"] = []
+        decoder = av.CodecContext.create("h264", "r")
+        for index, data in enumerate(self._camera_units()):
+            packet = av.Packet(data)
+            packet.pts = index
+            try:
+                yield from decoder.decode(packet)
+            except av.FFmpegError as exc:
+                raise InputError(ReasonCode.DECODE_ERROR.value, f"{camera} unit {index}: {exc}") from None
+        yield from decoder.decode(None)
 
     def _camera_units(self) -> Iterator[bytes]:
         from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
