@@ -22,13 +22,17 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from pipeline.annotate.base import Annotator
+    from pipeline.annotate.cascade import CascadeResult
     from pipeline.annotate.source import EpisodeSource
+    from pipeline.config.scoring import QualityRankOptions
     from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
-#: Catalog name of the rows the annotate step writes about itself (which annotators failed).
+#: Catalog name of the rows the annotate step writes about itself (failures, cascade stages, skips).
 ANNOTATE_SELF = "annotate"
+#: Catalog name (annotator and key) of the quality rank; curation reads it as ``quality_rank``.
+RANK_ANNOTATOR = RANK_KEY = "quality_rank"
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class AnnotatorOutcome:
     values: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
+    cpu_s: float = 0.0  # CPU time of this process while it ran (all threads: onnxruntime's, FFmpeg's)
 
 
 def run_annotators(annotators: list[Annotator], source: EpisodeSource) -> list[AnnotatorOutcome]:
@@ -47,7 +52,7 @@ def run_annotators(annotators: list[Annotator], source: EpisodeSource) -> list[A
     for annotator in annotators:
         if not annotator.applies_to(source.kind):
             continue
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         try:
             values = annotator.annotate(source)
             json.dumps(values, allow_nan=False)  # JSONB refuses NaN; fail here, naming the annotator
@@ -66,12 +71,18 @@ def run_annotators(annotators: list[Annotator], source: EpisodeSource) -> list[A
                     ok=False,
                     error=f"{type(exc).__name__}: {exc}",
                     seconds=time.perf_counter() - started,
+                    cpu_s=time.process_time() - cpu_started,
                 )
             )
             continue
         outcomes.append(
             AnnotatorOutcome(
-                annotator.name, annotator.version, True, values, seconds=time.perf_counter() - started
+                annotator.name,
+                annotator.version,
+                True,
+                values,
+                seconds=time.perf_counter() - started,
+                cpu_s=time.process_time() - cpu_started,
             )
         )
     return outcomes
@@ -87,19 +98,22 @@ def record_outcomes(
     engine: Engine,
     store: Store,
     source: EpisodeSource,
-    outcomes: list[AnnotatorOutcome],
+    result: CascadeResult,
     *,
+    rank: QualityRankOptions | None,
     config_hash: str,
     code_version: str,
     input_artifact_id: int | None,
     input_blob_id: int | None,
 ) -> None:
-    """Publish each success as an artifact and record its keys; record failures as one ``annotate`` row."""
+    """Publish each success as an artifact and record its keys; record the run itself (failures, the
+    cascade's stages and skips) as ``annotate`` rows, and the episode's quality rank when one is configured."""
     from pipeline.catalog import make_session_factory, session_scope
     from pipeline.catalog.outputs import record_annotation, record_artifact
     from pipeline.enums import ArtifactKind, StepName
 
     factory = make_session_factory(engine)
+    outcomes = result.outcomes
     for outcome in outcomes:
         if not outcome.ok:
             continue
@@ -138,16 +152,43 @@ def record_outcomes(
                     artifact_id=artifact_id,
                 )
     failed = [{"annotator": o.name, "version": o.version, "error": o.error} for o in outcomes if not o.ok]
+    # Keyed by the step's config hash: a run under another config keeps its own record.
+    own: dict[str, Any] = {
+        "annotate.failed": failed,
+        "annotate.stages": [s.as_json() for s in result.stages],
+        "annotate.stopped_at": result.stopped_at,
+        "annotate.skipped": result.skipped,
+    }
     with session_scope(factory) as session:
-        # Keyed by the step's config hash: a run under another config keeps its own record.
-        record_annotation(
-            session,
-            episode_id=source.episode_id,
-            annotator=ANNOTATE_SELF,
-            annotator_version=config_hash[:16],
-            key="annotate.failed",
-            value=failed,
-        )
+        for key, value in own.items():
+            record_annotation(
+                session,
+                episode_id=source.episode_id,
+                annotator=ANNOTATE_SELF,
+                annotator_version=config_hash[:16],
+                key=key,
+                value=value,
+            )
+        if rank is not None:
+            name, reasons = episode_rank(rank, result)
+            for key, value in ((RANK_KEY, name), (f"{RANK_KEY}.reasons", reasons)):
+                record_annotation(
+                    session,
+                    episode_id=source.episode_id,
+                    annotator=RANK_ANNOTATOR,
+                    annotator_version=rank.version,
+                    key=key,
+                    value=value,
+                )
+
+
+def episode_rank(rank: QualityRankOptions, result: CascadeResult) -> tuple[str, list[str]]:
+    """The quality rank of an annotated episode: the fallback when the cascade stopped it (a stopped
+    episode lacks the later stages' scores), else the first tier its scores meet."""
+    if result.stopped_at is not None:
+        unmet = result.stages[-1].unmet
+        return rank.fallback, [f"stopped at stage {result.stopped_at}", *unmet]
+    return rank.assign(result.values)
 
 
 def _publish_bytes(store: Store, key: str, data: bytes) -> str:

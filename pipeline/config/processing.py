@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ByteSize, Field, JsonValue, model_validator
 
 from pipeline.config.controls import controls
+from pipeline.config.scoring import CascadeStage, QualityRankOptions
 from pipeline.config.types import FrozenModel, Lax, Loc, PositiveBytes, Slug, raise_problems
 from pipeline.enums import Gate, ReasonCode
 
@@ -220,11 +221,44 @@ class AnnotatorConfig(FrozenModel):
 
 
 class AnnotateOptions(FrozenModel):
-    """Annotators of the ``annotate`` step, by registry name."""
+    """Annotators of the ``annotate`` step, by registry name; their cascade and the rank their scores give
+    (:mod:`pipeline.config.scoring`)."""
 
     annotators: dict[Slug, AnnotatorConfig] = Field(
         default_factory=dict, description="Annotator name → settings."
     )
+    stages: list[CascadeStage] = Field(
+        default_factory=list,
+        description="Cascade, cheap first: an episode failing a stage skips the later ones. Annotators in "
+        "no stage run first, ungated.",
+    )
+    rank: QualityRankOptions | None = Field(default=None, description="Quality rank from the scores.")
+
+    @model_validator(mode="after")
+    def _check_stages(self) -> AnnotateOptions:
+        problems: list[tuple[Loc, str]] = []
+        staged: dict[str, str] = {}
+        names: set[str] = set()
+        for i, stage in enumerate(self.stages):
+            if stage.name in names:
+                problems.append((("stages", i, "name"), f"stage {stage.name!r} is named twice"))
+            names.add(stage.name)
+            for j, name in enumerate(stage.annotators):
+                if name not in self.annotators:
+                    allowed = ", ".join(sorted(self.annotators)) or "none configured"
+                    problems.append(
+                        (
+                            ("stages", i, "annotators", j),
+                            f"{name!r} is not in annotate.annotators ({allowed})",
+                        )
+                    )
+                elif name in staged:
+                    problems.append(
+                        (("stages", i, "annotators", j), f"{name!r} is already in stage {staged[name]!r}")
+                    )
+                staged.setdefault(name, stage.name)
+        raise_problems(problems)
+        return self
 
 
 class ShardOptions(FrozenModel):

@@ -1,4 +1,5 @@
-"""The ``annotate`` step: run the vendor's enabled annotators on each accepted episode of a batch.
+"""The ``annotate`` step: run the vendor's enabled annotators on each accepted episode of a batch, in the
+stages of its cascade (:mod:`pipeline.annotate.cascade`), and rank it (``annotate.rank``).
 
 Annotators come from :mod:`pipeline.annotate.registry`, pinned to the versions in the vendor config; the
 episode is decoded once for all of them (:class:`~pipeline.annotate.source.EpisodeSource`). A failing
@@ -72,8 +73,9 @@ class AnnotateStep(Step):
         ]
 
     def process(self, item: WorkItem) -> StepResult:
+        from pipeline.annotate.cascade import plan_stages, run_cascade
         from pipeline.annotate.inputs import episode_inputs, local_file
-        from pipeline.annotate.run import record_outcomes, run_annotators
+        from pipeline.annotate.run import record_outcomes
         from pipeline.annotate.source import EpisodeSource
 
         assert item.episode_id is not None
@@ -92,29 +94,35 @@ class AnnotateStep(Step):
             )
             if source.kind is SourceKind.MCAP and source.camera_topic is None:
                 source.camera_topic = _first_camera(source.topics)
-            outcomes = run_annotators(self.annotators, source)
+            result = run_cascade(plan_stages(self.annotators, self.vendor.annotate), source)
             record_outcomes(
                 self.ctx.engine,
                 self.ctx.store,
                 source,
-                outcomes,
+                result,
+                rank=self.vendor.annotate.rank,
                 config_hash=self.config_hash,
                 code_version=self.ctx.code_version,
                 input_artifact_id=ref.artifact_id,
                 input_blob_id=None if ref.artifact_id is not None else ref.blob_id,
             )
-        failed = [o for o in outcomes if not o.ok]
-        done = {o.name: o.version for o in outcomes if o.ok}
+        failed = [o for o in result.outcomes if not o.ok]
+        outputs = {
+            "annotated": {o.name: o.version for o in result.outcomes if o.ok},
+            "failed": [o.name for o in failed],
+            "stopped_at": result.stopped_at,
+            "skipped": [s["annotator"] for s in result.skipped],
+        }
         if failed:
             detail = "; ".join(f"{o.name} v{o.version}: {o.error}" for o in failed)
             return StepResult(
                 StepStatus.SUCCEEDED,
                 reason=ReasonCode.ANNOTATOR_FAILED,
                 detail=detail[:2000],
-                outputs={"annotated": done, "failed": [o.name for o in failed]},
+                outputs=outputs,
                 episode_id=item.episode_id,
             )
-        return StepResult.succeeded(episode_id=item.episode_id, annotated=done, failed=[])
+        return StepResult.succeeded(episode_id=item.episode_id, **outputs)
 
 
 def _first_camera(topics: dict[str, str]) -> str | None:

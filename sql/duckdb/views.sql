@@ -57,8 +57,8 @@ SELECT episode_id, key, value, annotator, annotator_version, artifact_id, update
 FROM catalog.annotations
 QUALIFY row_number() OVER (PARTITION BY episode_id, key ORDER BY updated_at DESC, id DESC) = 1;
 
--- Annotations per episode: all keys as one JSON object, and the five quality scores of the manifest as
--- numbers (an annotator records them under these keys, in [0, 1]; NULL when not recorded or not a number).
+-- Annotations per episode: all keys as one JSON object, the quality rank, and the five quality scores of
+-- the manifest as numbers (an annotator records them under these keys, in [0, 1]; NULL when not recorded or not a number).
 CREATE OR REPLACE VIEW annotation_stats AS
 SELECT
     episode_id,
@@ -68,7 +68,11 @@ SELECT
     max(TRY_CAST(value::VARCHAR AS DOUBLE)) FILTER (WHERE key = 'quality_completeness') AS quality_completeness,
     max(TRY_CAST(value::VARCHAR AS DOUBLE)) FILTER (WHERE key = 'quality_visual') AS quality_visual,
     max(TRY_CAST(value::VARCHAR AS DOUBLE)) FILTER (WHERE key = 'quality_motion') AS quality_motion,
-    max(TRY_CAST(value::VARCHAR AS DOUBLE)) FILTER (WHERE key = 'quality_transcode') AS quality_transcode
+    max(TRY_CAST(value::VARCHAR AS DOUBLE)) FILTER (WHERE key = 'quality_transcode') AS quality_transcode,
+    -- The rank `annotate.rank` gave (pipeline.config.scoring), and the cascade stage that stopped the
+    -- episode (NULL when every stage ran).
+    max(value ->> '$') FILTER (WHERE key = 'quality_rank') AS quality_rank,
+    max(value ->> '$') FILTER (WHERE key = 'annotate.stopped_at') AS cascade_stopped_at
 FROM annotation_values
 GROUP BY episode_id;
 
@@ -226,6 +230,8 @@ SELECT
     a.quality_visual,
     a.quality_motion,
     a.quality_transcode,
+    a.quality_rank,
+    a.cascade_stopped_at,
     coalesce(l.n_artifacts, 0) AS n_artifacts,
     l.transcoded_artifact_id,
     l.transcoded_uri,
