@@ -2,7 +2,8 @@
 
 Besides the run's page of the Sluice view (outcome, toggles, failures, quarantines, quality over time) it
 shows what :mod:`pipeline.report.quality` gathers: histograms against the vendor's thresholds, a contact
-sheet of frames, dataset statistics and how to open each episode in a viewer.
+sheet of frames, what each annotate cascade stage cost and removed (:mod:`pipeline.report.cascade`),
+dataset statistics and how to open each episode in a viewer.
 
 The file holds everything it shows: styles inline, plots as inline SVG (rasters as ``data:`` URIs), no script,
 no font, image or stylesheet from anywhere else, so it opens offline and can be attached to a ticket.
@@ -87,7 +88,7 @@ def bench_section(path: Path) -> dict[str, Any]:
 
 def render_report(sources: ViewSources, ref: str, *, bench_files: Sequence[Path] = ()) -> str:
     """The report's HTML for the run ``ref`` names."""
-    from pipeline.report import quality, sheet
+    from pipeline.report import cascade, quality, sheet
     from pipeline.version import code_version
 
     run = resolve_run(sources, ref)
@@ -98,6 +99,7 @@ def render_report(sources: ViewSources, ref: str, *, bench_files: Sequence[Path]
         frames = sheet.contact_sheet(session, episodes, storage_options=sources.storage_options)
         hours = quality.hours(session)
         ranges = quality.value_ranges(session, episodes, storage_options=sources.storage_options)
+        stages = cascade.stage_costs(session, episodes)
     data.update(
         generated_at=datetime.now(UTC),
         code_version=code_version(),
@@ -107,6 +109,7 @@ def render_report(sources: ViewSources, ref: str, *, bench_files: Sequence[Path]
         sheet=frames,
         hours=hours,
         ranges=ranges,
+        cascade=stages,
     )
     html = _XMLNS.sub("", render("report", data, linked=False))
     remote = remote_references(html)

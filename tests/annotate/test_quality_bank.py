@@ -3,6 +3,7 @@ the quality rank in the catalog and the warehouse, and a dataset filter on it.""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,13 @@ from sqlalchemy import select
 
 from pipeline.catalog import make_session_factory, session_scope
 from pipeline.catalog.models import Annotation
+from pipeline.catalog.runs import start_pipeline_run
 from pipeline.datasets import DatasetSpec
+from pipeline.report.cascade import stage_costs
+from pipeline.report.html import render_report
 from pipeline.steps.annotate import AnnotateStep
 from pipeline.steps.runner import run_step
+from pipeline.ui.pages import ViewSources
 from pipeline.warehouse import sync
 
 pytestmark = pytest.mark.integration
@@ -109,7 +114,13 @@ def test_planted_defects_get_their_scores_ranks_and_cascade_stops(world: World, 
     vendor = vendor_from_example("northwind_video", drop, annotate=ANNOTATE)
     episodes = land(world, vendor, drop, "*.mp4")
     assert len(episodes) == 7, episodes
-    summary = run_step(AnnotateStep(vendor, world.ctx), batch_items(drop, "*.mp4"))
+    step = AnnotateStep(vendor, world.ctx)
+    with session_scope(make_session_factory(world.ctx.engine)) as session:
+        run_id = start_pipeline_run(
+            session, vendor_id=step.vendor_id, dag_id="sluice_northwind_video", run_id="planted",
+            config_hash="planted", step_toggles={"annotate": True},
+        )  # fmt: skip
+    summary = run_step(step, batch_items(drop, "*.mp4"), pipeline_run_id=run_id)
     assert (summary.succeeded, summary.failed) == (7, 0)
 
     with session_scope(make_session_factory(world.ctx.engine)) as session:
@@ -152,6 +163,17 @@ def test_planted_defects_get_their_scores_ranks_and_cascade_stops(world: World, 
         "content",
     }
     assert stages["clean"]["content"]["cpu_s"] > 0 and stages["clean"]["content"]["ran"] == ["text", "faces"]
+
+    # `sluice report` of the run: per stage, episodes reached and removed and the CPU seconds spent.
+    with session_scope(make_session_factory(world.ctx.engine)) as session:
+        costs = {c.stage: c for c in stage_costs(session, list(by_name.values()))}
+    assert [(c.reached, c.removed) for c in costs.values()] == [(7, 0), (7, 3), (4, 0)]
+    assert costs["content"].annotators == ["faces", "text"]
+    spent = sum(s["content"]["cpu_s"] for s in stages.values() if "content" in s)
+    assert costs["content"].cpu_s == pytest.approx(spent, abs=1e-3)
+    html = render_report(ViewSources(engine=world.ctx.engine), str(run_id))
+    row = re.search(r'<tr data-stage="coding">(.*?)</tr>', html)
+    assert row is not None and ">7<" in row.group(1) and ">3<" in row.group(1)
 
     warehouse = tmp_path / "warehouse.duckdb"
     sync(world.ctx.engine, warehouse)
