@@ -79,7 +79,7 @@ ANNOTATE: dict[str, Any] = {
             "annotators": ["motion_energy", "blockiness", "interlace"],
             "require": [
                 {"key": "motion_energy.still_fraction", "max": 0.9},
-                {"key": "blockiness.ratio", "max": 1.6},
+                {"key": "blockiness.ratio", "max": 1.5},
                 {"key": "interlace.interlaced_fraction", "max": 0.5},
             ],
         },
