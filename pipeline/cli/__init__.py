@@ -41,6 +41,7 @@ COMMAND_GROUPS: dict[str, str] = {
     "plan": "pipeline.cli.plan",
     "run": "pipeline.cli.run",
     "services": "pipeline.cli.services",
+    "recall": "pipeline.cli.recall",
 }
 
 # Markdown: the help texts are docstrings, whose ``code`` spans render as code instead of literal backticks.

@@ -100,6 +100,9 @@ def build(
         False, "--no-sync", help="Build from the warehouse as it is, without syncing."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the version as JSON."),
+    exclude_recalled: bool = typer.Option(
+        False, "--exclude-recalled", help="Leave out every episode a `sluice recall` rejected (recorded why)."
+    ),
 ) -> None:
     """Build a new immutable version of a dataset (or report that the latest one is identical)."""
     from pipeline.datasets import build as build_version
@@ -112,12 +115,14 @@ def build(
     try:
         if not no_sync:
             sync(engine, settings.warehouse_path)
+        exclude = _recalled(engine) if exclude_recalled else None
         version = build_version(
             spec,
             engine=engine,
             warehouse_path=settings.warehouse_path,
             store=Store(settings.store, verify=settings.store_verify),
             limits=settings.warehouse_limits,
+            exclude=exclude,
         )
     finally:
         engine.dispose()
@@ -132,6 +137,14 @@ def build(
     dropped = {k: n for k, n in version.counts.items() if k not in ("matched", "rows") and n}
     if dropped:
         console.print(f"left out: {dropped} of {version.counts.get('matched', 0)} matched", highlight=False)
+
+
+def _recalled(engine: Any) -> dict[int, list[str]]:
+    from pipeline.annotate.recall import recalled_episodes
+    from pipeline.catalog import make_session_factory, session_scope
+
+    with session_scope(make_session_factory(engine)) as session:
+        return recalled_episodes(session)
 
 
 @app.command("list")

@@ -28,10 +28,12 @@ import shutil
 import tempfile
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
@@ -73,6 +75,10 @@ from pipeline.warehouse.connection import WarehouseLimits, open_warehouse, state
 
 log = logging.getLogger(__name__)
 
+#: Key of a version's recorded spec listing the episodes ``exclude`` removed, with why.
+EXCLUDED_KEY = "excluded"
+#: The selection's integer episode id column (a lineage column, not in the manifest).
+EPISODE_ID_INT = "episode_id_int"
 #: First key of the per-dataset advisory locks (``pg_advisory_xact_lock(int4, int4)``); any fixed int4.
 DATASET_LOCK_NAMESPACE = 0x0DA7A5E7
 
@@ -84,11 +90,14 @@ def build(
     warehouse_path: Path | str,
     store: Store,
     limits: WarehouseLimits | None = None,
+    exclude: Mapping[int, list[str]] | None = None,
 ) -> DatasetVersion:
     """Build a new version of ``spec``'s dataset (or return the latest one if it is identical).
 
     ``engine`` must be allowed to write dataset versions (the ingest writer role is); the warehouse should
     be synced first (``pipeline.warehouse.sync``) so that it shows the catalog's current state.
+    ``exclude`` (episode id -> why; :func:`pipeline.annotate.recall.recalled_episodes`) removes episodes
+    after selection, so the others keep their splits; the version records which left and why.
     """
     digest = spec_hash(spec)
     with session_scope(make_session_factory(engine)) as session:
@@ -101,6 +110,7 @@ def build(
                 selection = select_rows(con, spec, frozen, store_reader(store))
         finally:
             con.close()
+        selection, excluded = _without(selection, exclude or {})
         if selection.table.num_rows == 0:
             raise DatasetBuildError(
                 spec.name, f"no episode left to put in a version (counts: {selection.counts})"
@@ -121,7 +131,7 @@ def build(
             version = next_version(session, spec.name)
             key = f"{MANIFESTS}/{spec.name}/{version}"
             ipc_uri, parquet_uri = _publish(store, staging, key)
-            result = _record(session, spec, digest, version, files, ipc_uri, parquet_uri, selection)
+            result = _record(session, spec, digest, version, files, ipc_uri, parquet_uri, selection, excluded)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     log.info(
@@ -134,6 +144,22 @@ def build(
     for warning in result.warnings:
         log.warning("dataset %s: %s", result.ref, warning)
     return result
+
+
+def _without(
+    selection: Selection, exclude: Mapping[int, list[str]]
+) -> tuple[Selection, list[dict[str, Any]]]:
+    """``selection`` less the episodes of ``exclude``, and which of them it held, with why."""
+    if not exclude:
+        return selection, []
+    column = selection.table.column(EPISODE_ID_INT)
+    hit = pc.is_in(column, value_set=pa.array(sorted(exclude), pa.int64()))
+    left = sorted({int(e) for e in selection.table.filter(hit).column(EPISODE_ID_INT).to_pylist()})
+    table = selection.table.filter(pc.invert(hit))
+    counts = {**selection.counts, "excluded": len(left), "rows": table.num_rows}
+    return Selection(table, counts, selection.near_duplicates), [
+        {"episode_id": e, "reasons": list(exclude[e])} for e in left
+    ]
 
 
 def _lock(session: Session, name: str) -> None:
@@ -186,9 +212,12 @@ def _record(
     ipc_uri: str,
     parquet_uri: str,
     selection: Selection,
+    excluded: list[dict[str, Any]],
 ) -> DatasetVersion:
     split_rows, split_episodes = selection.split_rows(), selection.split_episodes()
     recorded = spec_record(spec.model_dump(mode="json"), selection.near_duplicates, split_rows)
+    if excluded:
+        recorded[EXCLUDED_KEY] = excluded
     version_id = create_dataset_version(
         session, name=spec.name, version=version, spec_hash=digest, spec=recorded
     )

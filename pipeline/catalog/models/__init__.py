@@ -27,6 +27,8 @@ from pipeline.catalog.models.outputs import (
     DatasetVersion,
     DatasetVersionEpisode,
     Manifest,
+    Recall,
+    RecallEpisode,
     Shard,
 )
 from pipeline.catalog.models.runs import Batch, CheckResult, PipelineRun, StepRun
@@ -62,6 +64,8 @@ __all__ = [
     "ManifestFormat",
     "PassedOverFile",
     "PipelineRun",
+    "Recall",
+    "RecallEpisode",
     "Shard",
     "SourceFile",
     "StepRun",

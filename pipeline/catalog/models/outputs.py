@@ -155,3 +155,30 @@ class DatasetVersionEpisode(Base):
     dataset_version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id"), primary_key=True)
     episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id"), primary_key=True, index=True)
     split: Mapped[str]
+
+
+class Recall(Base):
+    """A check applied after the fact (``sluice recall``): an annotator version and the bounds it is judged
+    by, per vendor; :class:`RecallEpisode` lists the episodes it rejects."""
+
+    __tablename__ = "recalls"
+    __table_args__ = (UniqueConstraint("vendor_id", "check_name", "check_version"),)
+
+    id: Mapped[int] = id_column()
+    vendor_id: Mapped[int] = fk_column("vendors.id")
+    check_name: Mapped[str]
+    check_version: Mapped[str]
+    bounds: Mapped[list[Any]] = mapped_column(JSONB)
+    n_scored: Mapped[int]  # episodes the latest recall run scored (the others already had this version)
+    created_at: Mapped[datetime] = now_column()
+    updated_at: Mapped[datetime] = now_column()
+
+
+class RecallEpisode(Base):
+    """One episode a recall rejects, and why (the bounds its scores fail)."""
+
+    __tablename__ = "recall_episodes"
+
+    recall_id: Mapped[int] = mapped_column(ForeignKey("recalls.id"), primary_key=True)
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id"), primary_key=True, index=True)
+    reasons: Mapped[list[Any]] = mapped_column(JSONB)
