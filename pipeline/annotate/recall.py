@@ -339,3 +339,43 @@ def recalled_episodes(session: Session) -> dict[int, list[str]]:
     for r in rows:
         out.setdefault(r.episode_id, []).extend(f"{r.check_name}@{r.check_version}: {x}" for x in r.reasons)
     return out
+
+
+def open_recalls(session: Session) -> list[dict[str, Any]]:
+    """Recalls whose rejected episodes are still in the latest version of some dataset (newest first):
+    what the view lists until every such dataset has been rebuilt without them."""
+    from pipeline.catalog.models import DatasetVersion, DatasetVersionEpisode, Recall, RecallEpisode, Vendor
+
+    latest = select(func.max(DatasetVersion.id).label("id")).group_by(DatasetVersion.name).subquery()
+    rows = session.execute(
+        select(
+            Recall.id,
+            Vendor.name.label("vendor"),
+            Recall.check_name,
+            Recall.check_version,
+            Recall.updated_at,
+            DatasetVersion.name,
+            DatasetVersion.version,
+            func.count(func.distinct(RecallEpisode.episode_id)).label("held"),
+        )
+        .join(Vendor, Vendor.id == Recall.vendor_id)
+        .join(RecallEpisode, RecallEpisode.recall_id == Recall.id)
+        .join(DatasetVersionEpisode, DatasetVersionEpisode.episode_id == RecallEpisode.episode_id)
+        .join(DatasetVersion, DatasetVersion.id == DatasetVersionEpisode.dataset_version_id)
+        .join(latest, latest.c.id == DatasetVersion.id)
+        .group_by(Recall.id, Vendor.name, DatasetVersion.name, DatasetVersion.version)
+        .order_by(Recall.updated_at.desc(), Recall.id.desc(), DatasetVersion.name)
+    ).all()
+    out: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        entry = out.setdefault(
+            r.id,
+            {
+                "vendor": r.vendor,
+                "check": f"{r.check_name}@{r.check_version}",
+                "updated_at": r.updated_at,
+                "datasets": [],
+            },
+        )
+        entry["datasets"].append({"dataset": f"{r.name}@{r.version}", "rejected_episodes": int(r.held)})
+    return list(out.values())

@@ -100,13 +100,16 @@ def _vendor_blocks(
 
 
 def overview(sources: ViewSources, *, run_limit: int = views.DEFAULT_RUN_LIMIT) -> dict[str, Any]:
-    """The front page: latest runs, files per vendor, quality plots, dataset versions."""
+    """The front page: latest runs, files per vendor, quality plots, dataset versions, open recalls."""
+    from pipeline.annotate.recall import open_recalls
+
     with sources.session() as session:
         runs = views.latest_runs(session, limit=run_limit)
         vendors = _vendor_blocks(session, files_per_vendor=OVERVIEW_FILES_PER_VENDOR)
         series = quality_series(session, warehouse_path=sources.warehouse_path, limit=DEFAULT_POINT_LIMIT)
         versions = views.dataset_versions(session, limit=OVERVIEW_VERSIONS)
         pending = views.pending_files(session)
+        recalls = open_recalls(session)
     return {
         "runs": runs,
         "steps": [s.value for s in StepName],
@@ -114,6 +117,7 @@ def overview(sources: ViewSources, *, run_limit: int = views.DEFAULT_RUN_LIMIT) 
         "plots": plots(series),
         "versions": versions,
         "pending": pending,
+        "recalls": recalls,
         "reason_help": reason_help(),
     }
 

@@ -15,6 +15,7 @@ from sluice_world import REPO_ROOT, World, batch_items, land, vendor_from_exampl
 from sqlalchemy import select
 from typer.testing import CliRunner
 
+from pipeline.annotate.recall import open_recalls
 from pipeline.catalog import make_session_factory, session_scope
 from pipeline.catalog.models import DatasetVersion
 from pipeline.cli import dataset, recall, shard
@@ -22,6 +23,8 @@ from pipeline.steps.annotate import AnnotateStep
 from pipeline.steps.base import WorkItem
 from pipeline.steps.runner import run_step
 from pipeline.steps.transcode import TranscodeStep
+from pipeline.ui.pages import ViewSources, overview
+from pipeline.ui.render import render
 
 pytestmark = pytest.mark.integration
 
@@ -102,6 +105,11 @@ def test_recall_scores_the_unscored_names_what_holds_them_and_v2_leaves_them_out
     (again,) = _cli(recall.command, ["--check", "blockiness", "--vendor", str(vendor_file), "--json"], env)
     assert (again["scored"], again["already_scored"], again["rejected"]) == (0, 3, report["rejected"])
 
+    # The view lists the recall as open while the latest demo version holds the blocky episode.
+    sources = ViewSources(engine=world.ctx.engine)
+    page = render("overview", overview(sources))
+    assert '<tr data-check="blockiness@1">' in page and "demo@v1</b> (1)" in page
+
     v2 = _cli(dataset.app, ["build", str(spec), "--exclude-recalled", "--json"], env)
     assert v2["version"] == "v2" and v2["counts"]["excluded"] == 1
     with session_scope(make_session_factory(world.ctx.engine)) as session:
@@ -113,3 +121,6 @@ def test_recall_scores_the_unscored_names_what_holds_them_and_v2_leaves_them_out
         "blockiness@1: blockiness.ratio"
     )
     assert sum(v2["split_episodes"].values()) == 2
+    with session_scope(make_session_factory(world.ctx.engine)) as session:
+        assert open_recalls(session) == []  # demo@v2 no longer holds it
+    assert "No open recall." in render("overview", overview(sources))
