@@ -45,6 +45,25 @@ def _summary(prefix: str, per_frame: list[list[float]], sampled: int) -> dict[st
     }
 
 
+class SampledDetector(Annotator):
+    """A detector run on ``params.frames`` evenly spaced working frames; subclasses load it in ``setup`` and
+    say what it finds in one frame (:meth:`areas`)."""
+
+    inputs = frozenset({AnnotatorInput.VIDEO})
+    _model: Any = None  # what ``setup`` loads
+
+    def areas(self, luma: np.ndarray) -> list[float]:
+        """The share of the frame each detection covers."""
+        raise NotImplementedError
+
+    def annotate(self, source: EpisodeSource) -> dict[str, Any]:
+        if self._model is None:
+            self.setup()
+        luma = source.frames().luma
+        picks = sample_indices(len(luma), self.params.frames)
+        return _summary(self.name, [self.areas(luma[i]) for i in picks], len(picks))
+
+
 class TextParams(FrozenModel):
     frames: int = Field(default=4, ge=1, le=64, description="Evenly spaced frames the detector reads.")
     # The detector's own default box score; lower finds faint text and more false boxes on texture.
@@ -54,22 +73,19 @@ class TextParams(FrozenModel):
     detect_side_px: int = Field(default=320, ge=32, le=2048, description="Longest side the detector sees.")
 
 
-class TextPresence(Annotator):
+class TextPresence(SampledDetector):
     """Burnt-in text by RapidOCR's PP-OCRv4 ONNX detector (shipped in its wheel), on sampled frames."""
 
     name = "text"
-    inputs = frozenset({AnnotatorInput.VIDEO})
     Params: ClassVar[type[FrozenModel]] = TextParams
     # onnxruntime with one intra-op thread stays on the one core the step gives a worker; the detector's
     # session and arena hold about 300 MB.
     default_resources: ClassVar[Resources] = Resources(cpus=1.0, memory_bytes=1 << 30)
 
-    _engine: Any = None
-
     def setup(self) -> None:
         from rapidocr_onnxruntime import RapidOCR
 
-        self._engine = RapidOCR(
+        self._model = RapidOCR(
             intra_op_num_threads=1,
             inter_op_num_threads=1,
             det_limit_side_len=self.params.detect_side_px,
@@ -77,17 +93,10 @@ class TextPresence(Annotator):
             det_box_thresh=self.params.box_threshold,
         )
 
-    def annotate(self, source: EpisodeSource) -> dict[str, Any]:
-        if self._engine is None:
-            self.setup()
-        luma = source.frames().luma
-        picks = sample_indices(len(luma), self.params.frames)
-        per_frame = []
-        for i in picks:
-            image = np.repeat(luma[i][:, :, None], 3, axis=2)
-            boxes, _elapsed = self._engine(image, use_det=True, use_cls=False, use_rec=False)
-            per_frame.append([_quad_area(b) / luma[i].size for b in (boxes or [])])
-        return _summary("text", per_frame, len(picks))
+    def areas(self, luma: np.ndarray) -> list[float]:
+        image = np.repeat(luma[:, :, None], 3, axis=2)
+        boxes, _elapsed = self._model(image, use_det=True, use_cls=False, use_rec=False)
+        return [_quad_area(b) / luma.size for b in (boxes or [])]
 
 
 def _quad_area(points: Any) -> float:
@@ -106,16 +115,13 @@ class FaceParams(FrozenModel):
     min_face_px: int = Field(default=24, ge=8, le=512, description="Smallest face side searched for.")
 
 
-class Faces(Annotator):
+class Faces(SampledDetector):
     """Faces by OpenCV's frontal-face Haar cascade (shipped in its wheel), on sampled frames."""
 
     name = "faces"
-    inputs = frozenset({AnnotatorInput.VIDEO})
     Params: ClassVar[type[FrozenModel]] = FaceParams
     #: The cascade file of ``cv2.data.haarcascades`` this annotator loads.
     CASCADE = "haarcascade_frontalface_default.xml"
-
-    _cascade: Any = None
 
     def setup(self) -> None:
         import cv2
@@ -125,18 +131,11 @@ class Faces(Annotator):
         cascade = cv2.CascadeClassifier(path)
         if cascade.empty():
             raise RuntimeError(f"OpenCV could not load {path}")
-        self._cascade = cascade
+        self._model = cascade
 
-    def annotate(self, source: EpisodeSource) -> dict[str, Any]:
-        if self._cascade is None:
-            self.setup()
-        luma = source.frames().luma
-        picks = sample_indices(len(luma), self.params.frames)
+    def areas(self, luma: np.ndarray) -> list[float]:
         side = self.params.min_face_px
-        per_frame = []
-        for i in picks:
-            found = self._cascade.detectMultiScale(
-                np.ascontiguousarray(luma[i]), minNeighbors=self.params.min_neighbors, minSize=(side, side)
-            )
-            per_frame.append([float(w * h) / luma[i].size for (_x, _y, w, h) in found])
-        return _summary("faces", per_frame, len(picks))
+        found = self._model.detectMultiScale(
+            np.ascontiguousarray(luma), minNeighbors=self.params.min_neighbors, minSize=(side, side)
+        )
+        return [float(w * h) / luma.size for (_x, _y, w, h) in found]
