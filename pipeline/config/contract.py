@@ -527,7 +527,7 @@ class EpisodeMetadataSource(FrozenModel):
 
     def resolve(self, record: Mapping[str, str], relative_path: str | None) -> dict[str, str]:
         """The episode's ids: the record's non-empty values, then the path's groups, then ``values``."""
-        out = {k: v for k, v in self.values.items()}
+        out = dict(self.values)
         if self.path_pattern is not None and relative_path is not None:
             found = re.search(self.path_pattern, relative_path)
             if found is not None:

@@ -9,7 +9,6 @@ instance must have run on the worker of its own queue: its Celery task id is in 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import tempfile
 import time
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import yaml
+from cluster_helpers import opt_in
 
 from pipeline.airflow_local import LocalAirflow
 from pipeline.config import VendorConfig, load_vendor
@@ -36,10 +36,7 @@ pytestmark = [
     # Opt-in: Redis, Airflow on Celery and a worker per queue, twice, take ~13 min on 2 cores, past what
     # `make test` can spend on one feature inside CI's budget; the billiard fork the workers run tasks in
     # is covered in `make test` by tests/test_processes.py.
-    pytest.mark.skipif(
-        not os.environ.get("SLUICE_TEST_CLUSTER"),
-        reason="`make test-cluster` (SLUICE_TEST_CLUSTER=1) runs the Celery executor tests (~13 min on 2 cores)",
-    ),
+    opt_in("runs the Celery executor tests (~13 min on 2 cores)"),
 ]
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,6 @@ dead node held are moved to a worker on the new node, and every episode ends tra
 
 from __future__ import annotations
 
-import os
 import signal
 import tempfile
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 import yaml
+from cluster_helpers import opt_in
 
 from pipeline.config import load_vendor
 from pipeline.enums import StepName
@@ -35,10 +35,7 @@ pytestmark = [
     # Opt-in: on a loaded 2-core machine a `ray start` node aborts during start-up (its raylet waits a
     # fixed 15 s for the dashboard agent it spawns, which took 27-36 s to start at load 5-10 here), and
     # each attempt costs a minute or more; see docs/cluster.md.
-    pytest.mark.skipif(
-        not os.environ.get("SLUICE_TEST_CLUSTER"),
-        reason="`make test-cluster` (SLUICE_TEST_CLUSTER=1) starts a Ray head and worker node (minutes on 2 cores)",
-    ),
+    opt_in("starts a Ray head and worker node (minutes on 2 cores)"),
 ]
 
 REPO = Path(__file__).resolve().parents[2]
