@@ -14,7 +14,7 @@ import av
 import numpy as np
 from av.video.codeccontext import VideoCodecContext
 
-from pipeline.media.x264 import X264_THREADS, deterministic_params
+from pipeline.media.x264 import X264_DETERMINISTIC_PARAMS, X264_THREADS
 
 X264Preset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -40,7 +40,7 @@ class H264Settings:
             # Fixed GOPs: a keyframe every gop_frames, not wherever x264 sees a cut.
             "scenecut=0",
             f"bframes={self.bframes}",
-            *deterministic_params(self.bframes),
+            *X264_DETERMINISTIC_PARAMS,
         ]
         if self.interlaced:
             params += ["interlaced=1", "tff=1"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from pipeline.config import TrainingProfile, TranscodeOptions
-from pipeline.media.x264 import deterministic_params, x265_deterministic_params
+from pipeline.media.x264 import X264_DETERMINISTIC_PARAMS, x265_deterministic_params
 
 #: PyAV encoder and decoder names, and the ``foxglove.CompressedVideo`` format, per output codec.
 ENCODERS = {"h264": "libx264", "h265": "libx265"}
@@ -85,8 +85,8 @@ class EncoderSettings:
             f"bframes={self.bframes}",
             # always explicit: presets differ (ultrafast turns CABAC off), the profile decides
             f"cabac={int(self.entropy_coder == 'cabac')}",
-            # byte-identical reruns (random_access under CRF would otherwise depend on stale heap bytes)
-            *deterministic_params(self.bframes),
+            # byte-identical reruns (the macroblock tree would otherwise read stale heap bytes)
+            *X264_DETERMINISTIC_PARAMS,
         ]
         if self.decoupled:
             params += [

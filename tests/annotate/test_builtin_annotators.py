@@ -15,7 +15,7 @@ from pipeline.annotate.imageops import area_resize, hamming, phash
 from pipeline.dedup import DedupParams, video_match
 from pipeline.enums import SourceKind
 from pipeline.errors import ConfigError, UnknownChoiceError
-from pipeline.media.x264 import X264_THREADS, deterministic_params
+from pipeline.media.x264 import X264_DETERMINISTIC_PARAMS, X264_THREADS
 from pipeline.synth.video import ClipMedia, ClipSpec, ClipTweaks, write_clip
 
 
@@ -63,7 +63,7 @@ def test_phash_survives_reencoding_and_separates_content(tmp_path: Path) -> None
     with av.open(str(a)) as src, av.open(str(smaller), "w") as out:
         stream = out.add_stream("libx264", rate=30)
         stream.width, stream.height, stream.pix_fmt = 224, 168, "yuv420p"
-        stream.options = {"crf": "35", "g": "7", "x264-params": ":".join(deterministic_params(3))}
+        stream.options = {"crf": "35", "g": "7", "x264-params": ":".join(X264_DETERMINISTIC_PARAMS)}
         stream.codec_context.thread_count = X264_THREADS
         for frame in src.decode(video=0):
             scaled = frame.reformat(width=224, height=168, format="yuv420p")

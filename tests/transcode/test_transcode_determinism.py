@@ -83,3 +83,46 @@ def test_encodes_do_not_depend_on_what_the_heap_held(tmp_path: Path) -> None:
     }
     differing = sorted(k for k in first if first[k] != second[k])
     assert differing == []
+
+
+def test_a_reused_encoder_pool_gives_the_same_bytes_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transcode step keeps one encoder pool for all its episodes: the same episode encoded again and
+    again in the same child processes, with other episodes (other sizes, other content) in between, must
+    come out byte-identical each time (with x264's macroblock tree on, 2 encodes in 16 of a vla episode gave
+    a different camera stream; with it on, this test failed in 10 of 12 runs)."""
+    import transcode_helpers
+    from transcode_helpers import PROVENANCE, config_for, write_source
+
+    from pipeline.processes import WorkerPool
+    from pipeline.transcode import transcode_episode
+
+    monkeypatch.setattr(transcode_helpers, "WIDTH", 224)
+    monkeypatch.setattr(transcode_helpers, "HEIGHT", 176)
+    source = write_source(tmp_path / "source.mcap", seconds=1.0)
+    monkeypatch.setattr(transcode_helpers, "WIDTH", 160)
+    monkeypatch.setattr(transcode_helpers, "HEIGHT", 128)
+    other = write_source(tmp_path / "other.mcap", seconds=1.0, seed=11)
+    config = config_for("vla")
+    digests = []
+    with WorkerPool(1, name="transcode encoder") as pool:
+        for i in range(32):
+            result = transcode_episode(
+                source,
+                tmp_path / f"run{i}" / "episode.mcap",
+                config,
+                PROVENANCE,
+                executor=pool,
+                executor_workers=1,
+            )
+            digests.append(result.sha256)
+            transcode_episode(
+                other,
+                tmp_path / f"other{i}" / "episode.mcap",
+                config,
+                PROVENANCE,
+                executor=pool,
+                executor_workers=1,
+            )
+    assert digests == [digests[0]] * len(digests)
