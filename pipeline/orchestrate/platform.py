@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -133,7 +132,7 @@ def cluster_platform(
     the Airflow services inherit both (``SLUICE_STORE_URL``, ``SLUICE_RAY_ADDRESS``).
     """
     from pipeline.services.registry import ray_cluster, redis_server, s3_server
-    from pipeline.services.s3server import make_buckets
+    from pipeline.services.s3server import client_environment, make_buckets
 
     home = settings.home_abs
     s3, redis, ray = s3_server(home), redis_server(home), ray_cluster(home)
@@ -143,7 +142,7 @@ def cluster_platform(
             started.append("s3")
         say(f"S3 server (moto) at {s3.up()}, the store in s3://{CLUSTER_STORE_BUCKET}")
         # Before the Ray nodes and the Airflow services start: they inherit it, and so do their tasks.
-        with _environ(s3.client_env()):
+        with client_environment(s3):
             make_buckets(CLUSTER_STORE_BUCKET)
             if redis.daemon.live_pid() is None:
                 started.append("redis")
@@ -171,21 +170,6 @@ def cluster_platform(
                     say(f"{name} stopped")
         elif started:
             say(f"left running: {', '.join(started)} (`sluice services down` stops them)")
-
-
-@contextlib.contextmanager
-def _environ(values: Mapping[str, str]) -> Iterator[None]:
-    """These environment variables for the block (what the processes started in it inherit)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 __all__ = ["CLUSTER_STORE_BUCKET", "Platform", "cluster_platform", "local_platform"]
