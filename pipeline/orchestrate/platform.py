@@ -62,7 +62,12 @@ def local_platform(
     as it comes up or goes down (the CLI prints them). ``celery_broker`` (a Redis URL) runs the scheduler
     with the CeleryExecutor on that broker, with one Celery worker per queue the vendors' DAGs use.
     """
-    from pipeline.airflow_local import LocalAirflow, metadata_database_url, pools_from_vendors
+    from pipeline.airflow_local import (
+        AirflowLocalError,
+        LocalAirflow,
+        metadata_database_url,
+        pools_from_vendors,
+    )
     from pipeline.config import VendorConfig, load_vendors
     from pipeline.orchestrate.vendors import vendors_folder
     from pipeline.pgserver import local_cluster, migrate_catalog
@@ -86,6 +91,12 @@ def local_platform(
         loaded = load_vendors(vendors_folder(settings), base_dir=settings.project_dir_abs)
         vendors = [v for v in loaded.values() if isinstance(v, VendorConfig)]
         pools = pools_from_vendors(vendors)
+        if airflow.status().running and celery_broker:
+            # Its services run with the executor, store and Ray address they were started with.
+            raise AirflowLocalError(
+                f"the local Airflow in {airflow.home} already runs; cluster mode starts its own on the "
+                "CeleryExecutor: stop it first with `sluice airflow down`"
+            )
         if airflow.status().running:
             airflow.up(pools=pools)  # healthy, pools as the vendor files say now
             say(f"Airflow already running at {airflow.url}")
