@@ -20,7 +20,7 @@ help:
 	@echo "make demo-cluster  the demo in cluster mode: store on S3 (moto), Celery workers on Redis, Ray head + worker"
 	@echo "make test       run the test suite (starts and stops its own Postgres)"
 	@echo "make lint       ruff + mypy"
-	@echo "make test-cluster  Celery workers per queue and a Ray head + worker node, with their fault tests (~20 min)"
+	@echo "make test-cluster  Celery workers per queue, a Ray head + worker node, their fault tests, the cluster demo against the demo (~45 min)"
 	@echo "make test-lerobot  the LeRobot export through lerobot itself (builds $(LEROBOT_VENV), with torch)"
 	@echo "make clean      stop the local Postgres and delete $(SLUICE_HOME)"
 
