@@ -13,13 +13,14 @@ SLUICE := $(VENV)/bin/sluice
 export SLUICE_HOME ?= $(CURDIR)/.sluice
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-tools foxglove-reader demo test test-cluster test-lerobot lint typecheck fmt clean bench
+.PHONY: help setup system-tools foxglove-reader demo demo-cluster test test-cluster test-lerobot lint typecheck fmt clean bench
 
 help:
 	@echo "make demo       run the main job end to end (starts and stops its own Postgres)"
+	@echo "make demo-cluster  the demo in cluster mode: store on S3 (moto), Celery workers on Redis, Ray head + worker"
 	@echo "make test       run the test suite (starts and stops its own Postgres)"
 	@echo "make lint       ruff + mypy"
-	@echo "make test-cluster  Celery workers per queue and a Ray head + worker node, with their fault tests (~20 min)"
+	@echo "make test-cluster  Celery workers per queue, a Ray head + worker node, their fault tests, the cluster demo against the demo (~45 min)"
 	@echo "make test-lerobot  the LeRobot export through lerobot itself (builds $(LEROBOT_VENV), with torch)"
 	@echo "make clean      stop the local Postgres and delete $(SLUICE_HOME)"
 
@@ -56,6 +57,10 @@ foxglove-reader: $(FOXGLOVE_DIR)/node_modules/.installed
 
 demo: setup
 	$(SLUICE) demo
+
+# The same demo in cluster mode on this machine (docs/cluster.md): Redis is Debian's redis-server.
+demo-cluster: setup system-tools
+	$(SLUICE) demo --cluster
 
 test: setup system-tools foxglove-reader
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

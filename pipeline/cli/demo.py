@@ -13,12 +13,20 @@
    load its manifest as training rank 0 of 2 would;
 6. print what ended where: the runs, the states per vendor and why each quarantined file was held back;
 7. stop what it started (``--keep-running`` leaves it up, with the runs in the Airflow UI).
+
+``--cluster`` runs the same demo in cluster mode on one machine
+(:func:`pipeline.orchestrate.platform.cluster_platform`): the store on S3 through s3fs (moto's server),
+Airflow on the CeleryExecutor with Redis as the broker and a Celery worker per queue, and the heavy steps on
+a Ray head and worker node. Its end state is the single-machine demo's (tests/cluster/test_demo_cluster.py);
+it also prints where each part ran: every task's Celery queue and host, the Ray node of every item of the
+heavy steps (their ``ray_nodes`` counts, from XCom), and the ``s3://`` keys of the transcoded outputs.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +35,10 @@ import typer
 from pipeline.cli._common import console, print_table, warn
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
     from pipeline.orchestrate.platform import Platform
+    from pipeline.orchestrate.scheduled import ScheduledRun
 
 #: Defects the demo drops carry, so the gate has something to show (corrupt_image only where the cameras
 #: send still images or raw pixels: the ROS 2 example vendor's JPEG cameras).
@@ -46,22 +57,32 @@ def command(
     ),
     episodes: int = typer.Option(4, help="Clean robot episodes in the drop."),
     seconds: float = typer.Option(3.0, help="Length of each synthetic episode or clip."),
+    cluster: bool = typer.Option(
+        False,
+        "--cluster",
+        help="Cluster mode on this machine: the store on S3 (moto), Celery workers per queue on Redis, "
+        "the heavy steps on a Ray head and worker node (docs/cluster.md).",
+    ),
 ) -> None:
     """Run the main job end to end on embedded defaults (local Postgres and Airflow, generated drops)."""
-    from pipeline.orchestrate.platform import local_platform
+    from pipeline.orchestrate.platform import cluster_platform, local_platform
     from pipeline.settings import load_settings
 
     settings = load_settings()
     t0 = time.monotonic()
     vendors = _validate(settings)
     drops = _make_drops(vendors, settings, episodes=episodes, seconds=seconds)
-    with local_platform(
+    start = cluster_platform if cluster else local_platform
+    with start(
         settings, keep_running=keep_running, say=lambda m: console.print(f"[green]✓[/] {m}")
     ) as platform:
-        if not _run_dags(vendors, platform):
+        runs = _run_dags(vendors, platform)
+        if cluster:
+            _where_it_ran(platform, runs)
+        if not all(run.succeeded for run in runs.values()):
             raise typer.Exit(1)
-        _dataset(settings)
-        _summary(settings, drops)
+        _dataset(platform.settings)
+        _summary(platform.settings, drops)
         console.print(f"\n[bold green]demo finished in {time.monotonic() - t0:.0f} s[/]")
         if keep_running:
             console.print(
@@ -123,8 +144,8 @@ def _make_drops(vendors: dict[str, Any], settings: Any, *, episodes: int, second
     return drops
 
 
-def _run_dags(vendors: dict[str, Any], platform: Platform) -> bool:
-    """Each vendor's DAG, once, through the scheduler (all runs at once); False when a run failed."""
+def _run_dags(vendors: dict[str, Any], platform: Platform) -> dict[str, ScheduledRun]:
+    """Each vendor's DAG, once, through the scheduler (all runs at once); vendor -> how its run ended."""
     from pipeline.orchestrate.scheduled import follow_run, run_conf, trigger_run
     from pipeline.steps.runner import build_context
 
@@ -135,7 +156,7 @@ def _run_dags(vendors: dict[str, Any], platform: Platform) -> bool:
         started[name] = (run_id, was_paused)
         console.print(f"[green]✓[/] triggered {name} run {run_id}")
     ctx = build_context(platform.settings)
-    ok = True
+    runs = {}
     try:
         for name, (run_id, was_paused) in started.items():
             with console.status(f"following the {name} run through the scheduler…"):
@@ -158,10 +179,70 @@ def _run_dags(vendors: dict[str, Any], platform: Platform) -> bool:
                 console.print(
                     f"    [red]{item['step']} on {item['path']}[/]: {item['detail']}", highlight=False
                 )
-            ok = ok and run.succeeded
+            runs[name] = run
     finally:
         ctx.engine.dispose()
-    return ok
+    return runs
+
+
+def _where_it_ran(platform: Platform, runs: dict[str, ScheduledRun]) -> None:
+    """Cluster mode: each task's Celery queue and host, the heavy steps' Ray nodes, the outputs' S3 keys."""
+    from pipeline.orchestrate.names import HEAVY_STEPS
+    from pipeline.steps.runner import build_context
+
+    client = platform.airflow.client()
+    nodes = platform.ray.alive_nodes() if platform.ray is not None else {}
+    for name, run in runs.items():
+        console.print(f"[bold]where the {name} run ran[/]")
+        placed: dict[str, Counter[str]] = {}
+        on_ray: dict[str, Counter[str]] = {}
+        for ti in run.task_instances:
+            if ti["state"] != "success":
+                continue
+            worker = platform.workers.worker_name(ti["queue"]) if platform.workers else ti["queue"]
+            placed.setdefault(ti["task_id"], Counter())[
+                f"queue {ti['queue']} ({worker}, host {ti['hostname']})"
+            ] += 1
+            if ti["task_id"] in {s.value for s in HEAVY_STEPS}:
+                counts = client.xcom(name, run.run_id, ti["task_id"], ti["map_index"]) or {}
+                for node, n in (counts.get("ray_nodes") or {}).items():
+                    on_ray.setdefault(ti["task_id"], Counter())[nodes.get(node, node[:12])] += n
+        for task_id, where in placed.items():
+            shown = "; ".join(f"{n}× {w}" for w, n in sorted(where.items()))
+            console.print(f"    Celery  {task_id}: {shown}", highlight=False)
+        for task_id, where in on_ray.items():
+            shown = ", ".join(f"{n} items on Ray node {node}" for node, n in sorted(where.items()))
+            console.print(f"    Ray     {task_id}: {shown}", highlight=False)
+    ctx = build_context(platform.settings)
+    try:
+        outputs = transcoded_outputs(ctx.engine)
+    finally:
+        ctx.engine.dispose()
+    for (vendor, path), made in sorted(outputs.items()):
+        for uri, _ in made:
+            console.print(f"    S3      {vendor}/{path} → {uri}", highlight=False)
+
+
+def transcoded_outputs(engine: Engine) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(vendor, source path) -> the (uri, sha256) of every transcode output made from it, from the catalog."""
+    from sqlalchemy import select
+
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.models import Artifact, Episode, SourceFile, Vendor
+
+    with session_scope(make_session_factory(engine)) as session:
+        rows = session.execute(
+            select(Vendor.name, SourceFile.path, Artifact.uri, Artifact.sha256)
+            .join(Episode, Episode.id == Artifact.episode_id)
+            .join(SourceFile, SourceFile.id == Episode.source_file_id)
+            .join(Vendor, Vendor.id == Episode.vendor_id)
+            .where(Artifact.step == "transcode")
+            .order_by(Vendor.name, SourceFile.path, Artifact.uri)
+        ).all()
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for row in rows:
+        out.setdefault((row.name, row.path), []).append((row.uri, row.sha256))
+    return out
 
 
 def _dataset(settings: Any) -> None:

@@ -147,6 +147,17 @@ class AirflowClient:
             return None
         return log_error(found.get("content") if isinstance(found, dict) else None)
 
+    def xcom(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Any:
+        """What a task instance returned (its ``return_value`` XCom), or None when it returned nothing."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value"
+        try:
+            found = self.api("GET", f"{path}?map_index={map_index}&deserialize=true")
+        except AirflowApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found.get("value") if isinstance(found, dict) else None
+
     def clear_failed(self, dag_id: str, run_id: str) -> None:
         """Clear the run's failed tasks and everything downstream of them, as the UI's Clear does; the
         run goes back to queued and the scheduler runs them again."""

@@ -61,6 +61,11 @@ class CeleryWorkers:
         self.airflow = airflow
         self.queues = dict(queues)
 
+    @staticmethod
+    def worker_name(queue: str) -> str:
+        """The Celery hostname of ``queue``'s worker (``<queue>@<host>``), as its log and Flower show it."""
+        return f"{queue}@{socket.gethostname()}"
+
     def worker(self, queue: str) -> Daemon:
         argv = [
             str(self.airflow.airflow_bin),
@@ -71,7 +76,7 @@ class CeleryWorkers:
             "--concurrency",
             str(self.queues[queue]),
             "--celery-hostname",
-            f"{queue}@{socket.gethostname()}",
+            self.worker_name(queue),
             "--skip-serve-logs",
             "--without-gossip",
         ]

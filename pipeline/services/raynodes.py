@@ -9,10 +9,12 @@ sends the heavy steps there (:mod:`pipeline.raycluster`). A worker node can be k
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +30,9 @@ START_TIMEOUT_S = 120.0
 OBJECT_STORE_BYTES = 256 * 1024**2
 WORKER_PORTS = (10002, 19999)
 AGENT_TIMEOUT_S = 180.0
-START_ATTEMPTS = 4
+#: ``ray start`` attempts per node: the head of the first ``make demo-cluster`` that came up did so on its
+#: 4th (each failed attempt costs 60-80 s at load 5-8 on 2 cores), so a loaded machine gets more.
+START_ATTEMPTS = 8
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,8 @@ class NodeSpec:
 
 
 class RayCluster:
-    """A head and the worker nodes given; state and logs under ``root`` (also Ray's temp dir: short path)."""
+    """A head and the worker nodes given; pid files, port and logs under ``root``, Ray's own session
+    files under :attr:`temp_dir`."""
 
     def __init__(self, root: Path, *, head_cpus: int = 1, workers: tuple[NodeSpec, ...] = ()) -> None:
         self.root = root
@@ -59,6 +64,14 @@ class RayCluster:
     def address(self) -> str:
         """What ``SLUICE_RAY_ADDRESS`` (``ray.init(address=...)``) takes."""
         return f"{HOST}:{self.port}"
+
+    @property
+    def temp_dir(self) -> Path:
+        """Ray's session folder: short, because its socket paths (``session_<date>_<pid>/sockets/
+        plasma_store`` under it) may not exceed 107 bytes; one per ``root``, so two clusters never share it.
+        ``root`` itself would not do: ``$SLUICE_HOME/services/ray`` under /tmp already took 112 bytes."""
+        digest = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:10]
+        return Path(tempfile.gettempdir()) / f"sluice-ray-{digest}"
 
     def _daemon(self, name: str, args: list[str]) -> Daemon:
         # Every port a node would take by default is fixed (client server 10001, dashboard 8265, its agent
@@ -90,7 +103,7 @@ class RayCluster:
                 "--include-dashboard=false",
                 f"--dashboard-port={_port_outside_worker_range()}",
                 f"--ray-client-server-port={_port_outside_worker_range()}",
-                f"--temp-dir={self.root / 'tmp'}",
+                f"--temp-dir={self.temp_dir}",
                 "--resources=" + json.dumps({"sluice_head": 1}),
             ],
         )

@@ -33,11 +33,23 @@ class Part:
     where: Callable[[], str]
 
 
+def s3_server(home: Path) -> LocalS3Server:
+    """The S3 server (moto) of this SLUICE_HOME."""
+    return LocalS3Server(home / "services" / "s3")
+
+
+def redis_server(home: Path) -> LocalRedis:
+    """The Redis (Celery broker) of this SLUICE_HOME."""
+    return LocalRedis(home / "services" / "redis")
+
+
+def ray_cluster(home: Path) -> RayCluster:
+    """The Ray head (one CPU) and worker node (:data:`RAY_WORKER`) of this SLUICE_HOME."""
+    return RayCluster(home / "services" / "ray", head_cpus=1, workers=(RAY_WORKER,))
+
+
 def parts(home: Path) -> dict[str, Part]:
-    root = home / "services"
-    s3 = LocalS3Server(root / "s3")
-    redis = LocalRedis(root / "redis")
-    ray = RayCluster(root / "ray", head_cpus=1, workers=(RAY_WORKER,))
+    s3, redis, ray = s3_server(home), redis_server(home), ray_cluster(home)
     return {
         "s3": Part("s3", s3.up, s3.down, lambda: [s3.daemon], lambda: s3.endpoint_url),
         "redis": Part("redis", redis.up, redis.down, lambda: [redis.daemon], lambda: redis.url),

@@ -8,10 +8,13 @@ like any other S3 endpoint's: nothing in the project's code or configs names the
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.services.daemon import Daemon, ServiceError, kept_port
@@ -79,6 +82,23 @@ class LocalS3Server:
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             "AWS_DEFAULT_REGION": REGION,
         }
+
+
+@contextlib.contextmanager
+def client_environment(server: LocalS3Server) -> Iterator[None]:
+    """Point this process's S3 clients at ``server`` for the block, and what it starts (their environment
+    is inherited): cluster mode sets it before the Ray nodes and the Airflow services start."""
+    values = server.client_env()
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def make_buckets(*names: str) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pipeline.services.s3server import LocalS3Server
+from pipeline.services.s3server import LocalS3Server, client_environment
 
 
 @pytest.fixture(scope="module")
@@ -17,14 +16,8 @@ def s3_server() -> Iterator[LocalS3Server]:
     """moto's S3 server, with the environment pointing botocore (and so s3fs) at it for the module."""
     server = LocalS3Server(Path(tempfile.mkdtemp(prefix="sluice-test-s3-")))
     server.up()
-    saved = {k: os.environ.get(k) for k in server.client_env()}
-    os.environ.update(server.client_env())
     try:
-        yield server
+        with client_environment(server):
+            yield server
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         server.down()
