@@ -21,7 +21,7 @@ help:
 	@echo "make lint       ruff + mypy"
 	@echo "make test-cluster  Celery workers per queue and a Ray head + worker node, with their fault tests (~20 min)"
 	@echo "make test-lerobot  the LeRobot export through lerobot itself (builds $(LEROBOT_VENV), with torch)"
-	@echo "make test-vlm     the VLM captioner on a tiny random-weights model (builds $(VLM_VENV), with torch)"
+	@echo "make test-vlm   the VLM captioner on a tiny random-weights model (builds $(VLM_VENV), with torch)"
 	@echo "make clean      stop the local Postgres and delete $(SLUICE_HOME)"
 
 $(VENV)/.synced: pyproject.toml uv.lock

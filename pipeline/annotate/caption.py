@@ -124,7 +124,7 @@ class Captioner(Annotator):
         if self._loaded is not None:
             return
         if self._load_error is not None:
-            raise self._load_error
+            raise AnnotatorError(self.name, self._load_error.detail)
         try:
             self._loaded = self._load()
         except AnnotatorError as exc:

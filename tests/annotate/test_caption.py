@@ -169,6 +169,8 @@ def test_without_the_extra_the_captioner_fails_naming_it_and_the_others_run(tmp_
     failed, ran = run_annotators([caption, stats], source)
     assert not failed.ok and ran.ok
     assert failed.error is not None and "`vlm` extra" in failed.error and "\n" not in failed.error
+    [again] = run_annotators([caption], source)  # the next episode: the same one line, no new attempt
+    assert again.error == failed.error
 
 
 def _caption_vendor(drop: Path, model: Path, memory: str) -> Any:
