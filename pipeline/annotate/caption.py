@@ -153,7 +153,8 @@ class Captioner(Annotator):
         if not cuda:
             torch.set_num_threads(max(1, int(granted.cpus)))
         try:
-            model = transformers.AutoModelForImageTextToText.from_pretrained(path, local_files_only=True)
+            # Any: transformers' own annotations of ``to`` differ by version; the model is used untyped.
+            model: Any = transformers.AutoModelForImageTextToText.from_pretrained(path, local_files_only=True)
             image_processor = transformers.AutoImageProcessor.from_pretrained(path, local_files_only=True)
             tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError, KeyError, TypeError) as exc:
