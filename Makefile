@@ -13,7 +13,7 @@ SLUICE := $(VENV)/bin/sluice
 export SLUICE_HOME ?= $(CURDIR)/.sluice
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-tools foxglove-reader demo demo-cluster test test-cluster test-lerobot lint typecheck fmt clean bench
+.PHONY: help setup system-tools foxglove-reader demo demo-cluster test test-cluster test-lerobot test-vlm lint typecheck fmt clean bench
 
 help:
 	@echo "make demo       run the main job end to end (starts and stops its own Postgres)"
@@ -22,6 +22,7 @@ help:
 	@echo "make lint       ruff + mypy"
 	@echo "make test-cluster  Celery workers per queue, a Ray head + worker node, their fault tests, the cluster demo against the demo (~45 min)"
 	@echo "make test-lerobot  the LeRobot export through lerobot itself (builds $(LEROBOT_VENV), with torch)"
+	@echo "make test-vlm   the VLM captioner on a tiny random-weights model (builds $(VLM_VENV), with torch)"
 	@echo "make clean      stop the local Postgres and delete $(SLUICE_HOME)"
 
 $(VENV)/.synced: pyproject.toml uv.lock
@@ -105,6 +106,19 @@ $(LEROBOT_STAMP):
 test-lerobot: export SLUICE_LEROBOT_PYTHON ?= $(CURDIR)/$(LEROBOT_VENV)/bin/python
 test-lerobot: setup $(LEROBOT_STAMP)
 	$(VENV)/bin/pytest tests/export -q $(PYTEST_ARGS)
+
+# The VLM captioner needs transformers and torch (the `vlm` extra): never in the project's venv, so a venv of
+# its own built from the same lock (the same versions of everything both venvs hold). torch's Linux wheel on
+# PyPI is the CUDA build, a large download for this opt-in target only; the tests run on CPU when there is no
+# GPU. In the project's venv the same tests skip, saying the extra is missing.
+VLM_VENV ?= .venv-vlm
+$(VLM_VENV)/.synced: pyproject.toml uv.lock
+	@python3 -m uv --version >/dev/null 2>&1 || command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
+	UV_PROJECT_ENVIRONMENT=$(VLM_VENV) $(UV) sync --frozen --python 3.11 --extra cluster --extra vlm
+	@touch $@
+
+test-vlm: $(VLM_VENV)/.synced
+	$(VLM_VENV)/bin/pytest tests/annotate/test_caption.py -q $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check pipeline dags plugins tests

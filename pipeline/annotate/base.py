@@ -5,7 +5,9 @@ stream, the episode's metadata, raw messages), the source ``kinds`` it applies t
 worker needs and a frozen ``Params`` model for its ``params`` in the vendor config. The ``version`` comes from
 the vendor config, not the code: re-running under a new version adds catalog rows next to the old ones.
 
-``setup()`` runs once per worker (load a model), ``annotate(source)`` once per episode and returns a flat
+``grant(resources)`` tells it what the worker was given (the annotate step's resources, raised to what its
+most demanding annotator declares), so a model can size its batches; ``setup()`` runs once per worker
+(load a model), ``annotate(source)`` once per episode and returns a flat
 mapping of annotation keys to JSON values. Keys are namespaced by the annotator (``motion_energy.mean``),
 except the manifest's quality scores (``quality_visual``, ``quality_motion``), which curation reads by name.
 """
@@ -62,6 +64,7 @@ class Annotator(ABC):
 
     def __init__(self, version: str, params: Mapping[str, Any] | None = None) -> None:
         self.version = version
+        self.granted: Resources | None = None  # what the worker was given; set by :meth:`grant`
         try:
             self.params: Any = self.Params.model_validate(dict(params or {}))
         except ValidationError as exc:
@@ -82,6 +85,10 @@ class Annotator(ABC):
     def applies_to(self, kind: SourceKind | str) -> bool:
         """Whether this annotator has anything to say about a source of ``kind``."""
         return SourceKind(kind) in self.kinds
+
+    def grant(self, resources: Resources) -> None:
+        """Record what one worker running this annotator was given (before ``setup``)."""
+        self.granted = resources
 
     def setup(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Per-worker initialisation (load a model); runs once before the first ``annotate``."""

@@ -31,6 +31,7 @@ BUILTIN_ANNOTATORS: dict[str, str] = {
     "task_text": "pipeline.annotate.robot:TaskText",
     "message_fingerprint": "pipeline.annotate.robot:MessageFingerprint",
     "frame_classifier": "pipeline.annotate.model:FrameClassifier",
+    "caption": "pipeline.annotate.caption:Captioner",
 }
 
 _registry: dict[str, str | type[Annotator]] = dict(BUILTIN_ANNOTATORS)

@@ -5,6 +5,9 @@ input), decoded lazily and once for all annotators of the episode.
   videos: the first video stream), shrunk to at most :data:`WORK_WIDTH_PX` wide. Long episodes are decimated
   while decoding (every second kept frame dropped whenever :data:`DEFAULT_MAX_FRAMES` is passed), so memory
   stays bounded however long the episode; the kept frames' indices say which ones they are.
+* :meth:`EpisodeSource.rgb_frames` – chosen frames in colour at the same size, for a model that needs colour
+  (the captioner): one more decoding pass that stops after the last frame asked for, so luma stays the
+  only thing kept for the whole episode (a third of RGB's memory).
 * :meth:`EpisodeSource.state` – the state stream as arrays (robot logs).
 * :meth:`EpisodeSource.metadata` – the episode's ``episode`` metadata record and its catalog task text.
 * :meth:`EpisodeSource.messages` – raw payloads of chosen topics.
@@ -96,6 +99,26 @@ class EpisodeSource:
             raise InputError(ReasonCode.TOO_FEW_FRAMES.value, f"{camera}: no frame decodes")
         luma, indices = kept.result()
         return Frames(camera=camera, luma=luma, indices=indices, total=kept.total, fps=self._fps())
+
+    def rgb_frames(self, wanted: Sequence[int]) -> np.ndarray:
+        """Decoded frames number ``wanted`` (positions among all decoded frames, as :attr:`Frames.indices`
+        holds them) as RGB at the working size, ``(n, h, w, 3)`` uint8, in the order asked."""
+        if not wanted:
+            return np.zeros((0, 0, 0, 3), dtype=np.uint8)
+        todo, last = set(wanted), max(wanted)
+        found: dict[int, np.ndarray] = {}
+        for index, frame in enumerate(self._decoded()):
+            if index in todo:
+                found[index] = _working(frame, "rgb24")
+            if index >= last:
+                break
+        missing = sorted(todo - found.keys())
+        if missing:
+            raise InputError(
+                ReasonCode.TOO_FEW_FRAMES.value,
+                f"{self._camera_name()}: frames {missing} asked for, {len(found)} of them decode",
+            )
+        return np.stack([found[i] for i in wanted])
 
     def native_luma(self, count: int = NATIVE_FRAMES) -> np.ndarray:
         """The first ``count`` decoded frames as luma at the coded size, ``(n, h, w)`` uint8 (cached).
@@ -288,11 +311,16 @@ class _Decimator:
 
 def _luma(frame: Any) -> np.ndarray:
     """A decoded frame as luma, shrunk to at most :data:`WORK_WIDTH_PX` wide (even sizes)."""
+    return _working(frame, "gray")
+
+
+def _working(frame: Any, pixel_format: str) -> np.ndarray:
+    """A decoded frame in ``pixel_format`` (gray, rgb24), shrunk to at most :data:`WORK_WIDTH_PX` wide."""
     width, height = frame.width, frame.height
     if width > WORK_WIDTH_PX:
         height = max(2, round(height * WORK_WIDTH_PX / width / 2) * 2)
         width = WORK_WIDTH_PX
-    out = frame.reformat(width=width, height=height, format="gray", interpolation="AREA")
+    out = frame.reformat(width=width, height=height, format=pixel_format, interpolation="AREA")
     return np.asarray(out.to_ndarray(), dtype=np.uint8)
 
 

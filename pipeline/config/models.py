@@ -48,6 +48,7 @@ from pipeline.config.operations import (
     Schedule,
     StepConfig,
     StepsConfig,
+    check_gpu_annotators,
     check_step_pools,
     merge_pools,
 )
@@ -162,6 +163,7 @@ class VendorConfig(FrozenModel):
                     (("timestamps", "truth"), "kind video has only container stamps; allowed: container")
                 )
         problems += check_step_pools(self.steps, self.pools)
+        problems += check_gpu_annotators(self.annotate.annotators, self.steps, self.pools)
         raise_problems(problems)
         return self
 

@@ -292,3 +292,30 @@ def check_step_pools(steps: StepsConfig, pools: dict[str, PoolConfig]) -> list[t
                 )
             )
     return problems
+
+
+#: The pool (and the Celery queue) of the GPU hosts.
+GPU_POOL = "gpu"
+
+
+def check_gpu_annotators(
+    annotators: dict[str, Any], steps: StepsConfig, pools: dict[str, PoolConfig]
+) -> list[tuple[Loc, str]]:
+    """An annotator that asks for GPUs (``params.gpus`` > 0, the captioner on a GPU host) needs the annotate
+    step on the gpu pool or queue when the vendor has one: elsewhere its tasks go to CPU hosts, where Ray
+    waits for a GPU that never comes."""
+    annotate = steps[StepName.ANNOTATE]
+    if GPU_POOL not in pools or GPU_POOL in (annotate.pool, annotate.celery_queue):
+        return []
+    problems: list[tuple[Loc, str]] = []
+    for name, config in sorted(annotators.items()):
+        gpus = config.params.get("gpus")
+        if config.enabled and isinstance(gpus, int | float) and gpus > 0:
+            problems.append(
+                (
+                    ("annotate", "annotators", name, "params", "gpus"),
+                    f"asks for {gpus} GPU(s) but steps.annotate runs on pool {annotate.pool!r}: GPU hosts "
+                    f"serve pool {GPU_POOL!r}; set steps.annotate.pool: {GPU_POOL} (or gpus: 0 for the CPU)",
+                )
+            )
+    return problems

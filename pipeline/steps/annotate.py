@@ -56,8 +56,18 @@ class AnnotateStep(Step):
         )
 
     def setup(self) -> None:
+        """Load each annotator, telling it what the worker was given. One that cannot load (its model is
+        missing, its extra is not installed) is a warning here: it fails on each episode, recorded as its
+        failure, and the other annotators run."""
+        from pipeline.annotate.base import AnnotatorError
+
+        granted = self.resources
         for annotator in self.annotators:
-            annotator.setup()
+            annotator.grant(granted)
+            try:
+                annotator.setup()
+            except AnnotatorError as exc:
+                log.warning("%s; each episode records it as this annotator's failure", exc)
 
     def items(self, batch_items: Sequence[WorkItem]) -> list[WorkItem]:
         """The batch's accepted episodes (every registered version of each path)."""

@@ -317,6 +317,15 @@ def test_unknown_pool_lists_the_declared_pools(write_vendor, tiny: str) -> None:
     assert "unknown pool 'tpu'; declared pools: cpu, db, gpu, io" in problems["steps.annotate.pool"]
 
 
+def test_an_annotator_asking_for_a_gpu_needs_the_gpu_pool(write_vendor, tiny: str) -> None:
+    caption = "annotate:\n  annotators:\n    caption: {version: '1', params: {model_path: /m, gpus: 1}}\n"
+    problems = problems_of(write_vendor(tiny + caption))
+    said = problems["annotate.annotators.caption.params.gpus"]
+    assert "asks for 1 GPU(s) but steps.annotate runs on pool 'cpu'" in said and "pool: gpu" in said
+    on_gpu = load_vendor(write_vendor(tiny + caption + "steps:\n  annotate: {pool: gpu}\n"))
+    assert on_gpu.steps.annotate.celery_queue == "gpu"
+
+
 def test_pool_slots_must_fit_the_pool(write_vendor, tiny: str) -> None:
     problems = problems_of(write_vendor(tiny + "pools: {cpu: {slots: 1}}\n"))
     assert "2 slots never fit pool 'cpu' of 1 slots" in problems["steps.transcode.pool_slots"]
