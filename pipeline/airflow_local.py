@@ -17,12 +17,10 @@ started (their pids and start instants are recorded and checked before any signa
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import InfrastructureError
+from pipeline.services.daemon import Daemon, process_start_mark
 
 if TYPE_CHECKING:
     from pipeline.config import VendorConfig
@@ -395,22 +394,24 @@ class LocalAirflow:
             self.client().set_pools({name: (spec.slots, spec.description) for name, spec in pools.items()})
         return self.status()
 
+    def daemon(self, component: str, *, env: Mapping[str, str] | None = None) -> Daemon:
+        """``component`` as a :class:`~pipeline.services.daemon.Daemon`: ``airflow <component>`` in its own
+        process group (``down`` stops it with the task workers it forked), ``run/<component>.pid``,
+        ``logs/services/<component>.log``. ``env`` is only needed to start it."""
+        return Daemon(
+            component,
+            [str(self.airflow_bin), component],
+            run_dir=self.run_dir,
+            log_dir=self.log_dir,
+            env=env,
+            cwd=self.project_dir,
+        )
+
+    def daemons(self) -> list[Daemon]:
+        return [self.daemon(c) for c in COMPONENTS]
+
     def _start(self, component: str) -> int:
-        log_path = self.log_dir / f"{component}.log"
-        with log_path.open("ab") as out:
-            process = subprocess.Popen(
-                [str(self.airflow_bin), component],
-                env=self.env(),
-                cwd=self.project_dir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                # Its own process group, so that `down` stops it with everything it forked (task workers).
-                start_new_session=True,
-            )
-        (self.run_dir / f"{component}.pid").write_text(f"{process.pid} {process_start_mark(process.pid)}")
-        log.info("started airflow %s (pid %d), log %s", component, process.pid, log_path)
-        return process.pid
+        return self.daemon(component, env=self.env()).launch()
 
     def _live_pid(self, component: str) -> int | None:
         """The recorded pid of ``component`` if that very process (same start instant) is still alive.
@@ -420,43 +421,11 @@ class LocalAirflow:
         line and environment cannot tell: Airflow retitles its processes, which overwrites both in
         ``/proc``.)
         """
-        import psutil
-
-        pid_file = self.run_dir / f"{component}.pid"
-        try:
-            pid_text, mark = pid_file.read_text().split()
-            pid = int(pid_text)
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return None
-        except (OSError, ValueError, psutil.Error):
-            return None
-        return pid if process_start_mark(pid) == mark else None
+        return self.daemon(component).live_pid()
 
     def down(self, *, timeout_s: float = DOWN_TIMEOUT_S) -> list[str]:
         """Stop the services ``up`` started (SIGTERM to their process groups, SIGKILL after the timeout)."""
-        import psutil
-
-        stopped = []
-        for component in reversed(COMPONENTS):
-            pid = self._live_pid(component)
-            pid_file = self.run_dir / f"{component}.pid"
-            if pid is None:
-                pid_file.unlink(missing_ok=True)
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and _group_alive(pid):
-                time.sleep(0.2)
-            if _group_alive(pid):
-                log.warning("airflow %s (pid %d) did not stop in %g s; killing it", component, pid, timeout_s)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(psutil.Error):
-                psutil.Process(pid).wait(timeout=5)
-            pid_file.unlink(missing_ok=True)
-            stopped.append(component)
-        return stopped
+        return [c for c in reversed(COMPONENTS) if self.daemon(c).stop(timeout_s=timeout_s)]
 
     def client(self) -> AirflowClient:
         """The REST API (as the admin user) and the metadata DB of this installation."""
@@ -516,28 +485,6 @@ class LocalAirflow:
         return False
 
 
-def process_start_mark(pid: int) -> str:
-    """When process ``pid`` started, as a token that stays the same for that process's whole life.
-
-    On Linux: its start time in clock ticks since boot (``/proc/PID/stat``, field 22). Not psutil's
-    ``create_time()``: that adds the boot time, which the kernel derives from the wall clock, so a clock
-    step (an NTP correction, a VM resumed or its clock set) moves it, and ``down`` then took every service
-    it had started for a stranger's (it printed "nothing was running" while all four ran, and deleted their
-    pid files). Elsewhere, ``create_time()`` to the second. "" when there is no such process.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return "ticks:" + stat[stat.rindex(")") + 2 :].split()[19]
-    except (OSError, ValueError, IndexError):
-        pass
-    import psutil
-
-    try:
-        return f"created:{psutil.Process(pid).create_time():.0f}"
-    except psutil.Error:
-        return ""
-
-
 def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -557,21 +504,6 @@ def _free_port(preferred: int) -> int:
                 continue
             return int(sock.getsockname()[1])
     raise AirflowLocalError("no free TCP port on 127.0.0.1")
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the group still runs (zombies do not count; our own child is reaped)."""
-    import psutil
-
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pgid, os.WNOHANG)
-    for process in psutil.process_iter():
-        try:
-            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
-                return True
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return False
 
 
 def _redacted(url: str) -> str:

@@ -158,7 +158,10 @@ class Store:
         only: a link swapped in after discovery, a hard link or a FIFO raises
         :class:`~pipeline.beneath.SourceRefusedError` and nothing is copied.
         """
-        staging = self.path(f"{TMP}/{uuid.uuid4().hex}")
+        lineage = staging_lineage(src_fs, src_path)
+        if not self.local:
+            self._remove_earlier_staging(lineage)
+        staging = self.path(f"{TMP}/{lineage}.{uuid.uuid4().hex}")
         try:
             with _open_source(src_fs, src_path, root) as (src, before, state_now):
                 if self.local:
@@ -188,6 +191,27 @@ class Store:
             created=created,
             source_state=before,
         )
+
+    def _remove_earlier_staging(self, lineage: str) -> None:
+        """Remove the staging copies earlier landings of the same source left behind (object stores).
+
+        A landing removes its staging copy also when it fails, but on an object store that removal is a
+        request too: an outage that outlasts the client's retries (``tests/cluster/test_s3_faults.py``)
+        leaves the copy under ``tmp/``, and the landing that is retried once the store is back removes it
+        here. A landing of the same source running at this very moment (two ingests of one vendor) loses
+        its copy and fails before publishing anything; it is retried like any failed item.
+        """
+        tmp = self.path(TMP)
+        self.fs.invalidate_cache(tmp)
+        try:
+            names = self.fs.ls(tmp, detail=False)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.rsplit("/", 1)[-1].startswith(f"{lineage}."):
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm(name)
+                log.warning("removed %s, left by an earlier landing of the same source", name)
 
     def _publish(self, staging: str, final: str) -> bool:
         """Publish without ever overwriting an object; return whether this call created it."""
@@ -298,6 +322,14 @@ def _open_source(
     before = source_state(src_fs, src_path)
     with src_fs.open(src_path, "rb") as src:
         yield src, before, lambda: source_state(src_fs, src_path)
+
+
+def staging_lineage(src_fs: fsspec.AbstractFileSystem, src_path: str) -> str:
+    """What every staging copy of one source is named after (``tmp/<lineage>.<uuid>``): a hash of its URL,
+    so that a retried landing finds the copies its failed attempts left (see ``Store._remove_earlier_staging``)."""
+    return hashlib.sha256(src_fs.unstrip_protocol(src_path).encode("utf-8", "surrogateescape")).hexdigest()[
+        :32
+    ]
 
 
 #: fsspec ``info`` keys that change whenever an object's content does (a size or a modification time

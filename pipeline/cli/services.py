@@ -1,4 +1,5 @@
-"""``sluice services up | status | down``: the cluster-mode services of SLUICE_HOME (S3 server, Redis, Ray)."""
+"""``sluice services up | status | down``: the cluster-mode services of SLUICE_HOME (S3 server, Redis, Ray);
+``status`` also lists the local Postgres and the Airflow components."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def up(names: list[str] = typer.Argument(None, help=PARTS_HELP)) -> None:
 
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Say which services run, where, with their pids and logs."""
+    """Say which services run (Postgres and Airflow too), where, with their pids and logs."""
     from pipeline.services.registry import status as gather
 
     info = gather(load_settings().home_abs)

@@ -3,7 +3,7 @@
 A :class:`Daemon` is one command run detached in its own process group (so that stopping it stops what it
 forked), with its pid and start instant in ``<run_dir>/<name>.pid`` and its output in
 ``<log_dir>/<name>.log``. A later process (``sluice services down``, a test's teardown) finds it from those
-files alone; the recorded start instant (:func:`pipeline.airflow_local.process_start_mark`) makes sure a
+files alone; the recorded start instant (:func:`process_start_mark`) makes sure a
 signal only ever reaches the very process that was started, never a stranger that got its pid.
 
 Not mirakuru (which pytest-postgresql and pytest-redis build on): its executors kill everything they
@@ -107,8 +107,6 @@ class Daemon:
         """The recorded pid if that very process (same start instant) still runs."""
         import psutil
 
-        from pipeline.airflow_local import process_start_mark
-
         try:
             pid_text, mark = self.pid_file.read_text().split()
             pid = int(pid_text)
@@ -129,8 +127,6 @@ class Daemon:
 
     def launch(self) -> int:
         """Start it unless it runs, without waiting for it to be ready (to start several at once)."""
-        from pipeline.airflow_local import process_start_mark
-
         pid = self.live_pid()
         if pid is None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -173,8 +169,6 @@ class Daemon:
 
     def stop(self, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
         """SIGTERM to its group, SIGKILL after ``timeout_s``; whether it was running."""
-        from pipeline.airflow_local import _group_alive
-
         pid = self.live_pid()
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
@@ -182,13 +176,13 @@ class Daemon:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and _group_alive(pid):
+        while time.monotonic() < deadline and group_alive(pid):
             time.sleep(0.1)
-        if _group_alive(pid):
+        if group_alive(pid):
             log.warning("%s (pid %d) did not stop in %g s; killing it", self.name, pid, timeout_s)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            while _group_alive(pid):
+            while group_alive(pid):
                 time.sleep(0.1)
         self.pid_file.unlink(missing_ok=True)
         log.info("stopped %s (pid %d)", self.name, pid)
@@ -200,3 +194,40 @@ def tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def process_start_mark(pid: int) -> str:
+    """When process ``pid`` started, as a token that stays the same for that process's whole life.
+
+    On Linux: its start time in clock ticks since boot (``/proc/PID/stat``, field 22). Not psutil's
+    ``create_time()``: that adds the boot time, which the kernel derives from the wall clock, so a clock
+    step (an NTP correction, a VM resumed or its clock set) moves it, and ``down`` then took every service
+    it had started for a stranger's (it printed "nothing was running" while all four ran, and deleted their
+    pid files). Elsewhere, ``create_time()`` to the second. "" when there is no such process.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return "ticks:" + stat[stat.rindex(")") + 2 :].split()[19]
+    except (OSError, ValueError, IndexError):
+        pass
+    import psutil
+
+    try:
+        return f"created:{psutil.Process(pid).create_time():.0f}"
+    except psutil.Error:
+        return ""
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies do not count; our own child is reaped)."""
+    import psutil
+
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pgid, os.WNOHANG)
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False

@@ -2,8 +2,11 @@
 
 Each lives in ``$SLUICE_HOME/services/<name>/`` (pid file with the process's start instant, port, log), so
 ``status`` and ``down`` find what any earlier command started, by those files alone. Postgres and the local
-Airflow keep their own homes (``sluice db``, ``sluice airflow``); this registry holds the parts cluster mode
-adds: the S3 server, Redis and the Ray cluster.
+Airflow keep their own homes and commands (``sluice db``, ``sluice airflow``: they are started with a
+migration, a configuration, pools), so ``up`` and ``down`` here are for the parts cluster mode adds (the S3
+server, Redis and the Ray cluster); ``status`` lists those two as well, found the same way: the Airflow
+components are :class:`~pipeline.services.daemon.Daemon` s under ``$SLUICE_HOME/airflow/run``, Postgres is
+the postmaster ``pg_ctl`` records in its data folder (``postmaster.pid``).
 """
 
 from __future__ import annotations
@@ -72,8 +75,9 @@ def select(home: Path, names: list[str] | None) -> list[Part]:
 
 
 def status(home: Path) -> dict[str, Any]:
-    """Per part: where it serves and each of its processes' pid (None: not running) and log."""
-    out: dict[str, Any] = {}
+    """Per part (Postgres and Airflow first): where it serves and each of its processes' pid (None: not
+    running) and log."""
+    out: dict[str, Any] = {"postgres": _postgres_status(home), "airflow": _airflow_status(home)}
     for part in parts(home).values():
         daemons = part.daemons()
         out[part.name] = {
@@ -82,3 +86,28 @@ def status(home: Path) -> dict[str, Any]:
             "processes": {d.name: {"pid": d.live_pid(), "log": str(d.log_file)} for d in daemons},
         }
     return out
+
+
+def _postgres_status(home: Path) -> dict[str, Any]:
+    from pipeline.pgserver import LocalPostgres
+
+    pg = LocalPostgres(home / "pg")
+    now = pg.status()
+    return {
+        "running": now.running,
+        "where": f"127.0.0.1:{now.port}" if now.running and now.port else None,
+        "processes": {"postmaster": {"pid": now.pid, "log": str(pg.log_file)}},
+    }
+
+
+def _airflow_status(home: Path) -> dict[str, Any]:
+    from pipeline.airflow_local import LocalAirflow
+
+    airflow = LocalAirflow(home / "airflow", sluice_env={})
+    daemons = airflow.daemons()
+    pids = {d.name: d.live_pid() for d in daemons}
+    return {
+        "running": all(pid is not None for pid in pids.values()),
+        "where": airflow.url if pids["api-server"] is not None else None,
+        "processes": {d.name: {"pid": pids[d.name], "log": str(d.log_file)} for d in daemons},
+    }
