@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+import s3fs
+import yaml
+
+from pipeline.synth import DropManifest, RobotDropConfig, make_robot_drop
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def opt_in(what: str) -> pytest.MarkDecorator:
@@ -13,3 +20,18 @@ def opt_in(what: str) -> pytest.MarkDecorator:
         not os.environ.get("SLUICE_TEST_CLUSTER"),
         reason=f"`make test-cluster` (SLUICE_TEST_CLUSTER=1) {what}",
     )
+
+
+def s3_robot_vendor(tmp_path: Path, drop: RobotDropConfig) -> tuple[DropManifest, Path]:
+    """A robot drop uploaded to ``s3://sluice-drops/acme`` and the example robot vendor's file pointed at it
+    (under ``tmp_path/vendors``): the drop's manifest and the vendor file."""
+    local = tmp_path / "drop"
+    manifest = make_robot_drop(local, drop)
+    s3fs.S3FileSystem().put(str(local) + "/", "sluice-drops/acme/", recursive=True)
+    data = yaml.safe_load((REPO / "dags" / "vendors" / "acme_robotics.yaml").read_text())
+    data["source"] |= {"url": "s3://sluice-drops/acme", "settle_s": 0}
+    data["planner"] |= {"batch_stagger_s": 0, "min_splits": 2}
+    vendor_file = tmp_path / "vendors" / "acme_robotics.yaml"
+    vendor_file.parent.mkdir()
+    vendor_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    return manifest, vendor_file

@@ -17,7 +17,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import tempfile
 import threading
 import time
@@ -29,21 +28,19 @@ from typing import Any
 import pytest
 import s3fs
 import sqlalchemy as sa
-import yaml
-from cluster_helpers import opt_in
+from cluster_helpers import opt_in, s3_robot_vendor
 
 from pipeline.catalog import migrate
 from pipeline.config import load_vendor
 from pipeline.enums import StepName
 from pipeline.orchestrate import discover, plan, run_batch_step, start_run, validate_conf
-from pipeline.services.s3server import LocalS3Server, make_buckets
+from pipeline.services.s3server import LocalS3Server, client_environment, make_buckets
 from pipeline.settings import load_settings
 from pipeline.steps.runner import build_context
-from pipeline.synth import RobotDropConfig, make_robot_drop
+from pipeline.synth import RobotDropConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, opt_in("stops and restarts an S3 server (85-200 s)")]
 
-REPO = Path(__file__).resolve().parents[2]
 DROP = RobotDropConfig(
     episodes=2, seconds=1.5, width=64, height=48, defects=("truncated", "crc_flipped", "duplicate")
 )
@@ -61,16 +58,14 @@ RETRY_DELAY_S = 3.0
 def durable_s3() -> Iterator[LocalS3Server]:
     server = LocalS3Server(Path(tempfile.mkdtemp(prefix="sluice-test-s3-durable-")), durable=True)
     server.up()
-    saved = {k: os.environ.get(k) for k in server.client_env()}
-    os.environ.update(server.client_env())
+    # s3fs keeps one filesystem per set of arguments, whose endpoint came from the environment when it was
+    # made: one made for another server earlier in the session would keep talking to that one.
+    s3fs.S3FileSystem.clear_instance_cache()
     try:
-        yield server
+        with client_environment(server):
+            yield server
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        s3fs.S3FileSystem.clear_instance_cache()
         server.down()
 
 
@@ -102,17 +97,9 @@ def test_s3_restart_during_ingest_is_retried_and_publishes_nothing_partial(
     durable_s3: LocalS3Server, tmp_path: Path, fresh_database_url: Callable[[], str]
 ) -> None:
     make_buckets("sluice-drops", "sluice-ref", "sluice-store")
-    local = tmp_path / "drop"
-    manifest = make_robot_drop(local, DROP)
+    manifest, _ = s3_robot_vendor(tmp_path, DROP)
     fs = s3fs.S3FileSystem()
-    fs.put(str(local) + "/", "sluice-drops/acme/", recursive=True)
     source_before = {f.path: f.sha256 for f in manifest.files}
-
-    data = yaml.safe_load((REPO / "dags" / "vendors" / "acme_robotics.yaml").read_text())
-    data["source"] |= {"url": "s3://sluice-drops/acme", "settle_s": 0}
-    data["planner"] |= {"batch_stagger_s": 0, "min_splits": 2}
-    (tmp_path / "vendors").mkdir()
-    (tmp_path / "vendors" / "acme_robotics.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
     reference = _run(tmp_path, "ref", "sluice-ref", fresh_database_url, outage=None, server=durable_s3)
     outage = Outage()

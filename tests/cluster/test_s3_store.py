@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import s3fs
-import yaml
+from cluster_helpers import s3_robot_vendor
 
 from pipeline.config import load_vendor
 from pipeline.enums import FileState, StepName
@@ -22,7 +22,7 @@ from pipeline.orchestrate.run import warehouse_sync
 from pipeline.services.s3server import LocalS3Server, make_buckets
 from pipeline.settings import load_settings
 from pipeline.steps.runner import build_context
-from pipeline.synth import RobotDropConfig, make_robot_drop
+from pipeline.synth import RobotDropConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,18 +46,9 @@ def test_a_drop_on_s3_lands_in_an_s3_store_and_its_manifest_reads_back(
     from pipeline.manifest.loader import open_manifest
 
     make_buckets("sluice-drops", "sluice-store")
-    local = tmp_path / "drop"
-    manifest = make_robot_drop(local, DROP)
+    manifest, vendor_file = s3_robot_vendor(tmp_path, DROP)
     fs = s3fs.S3FileSystem()
-    fs.put(str(local) + "/", "sluice-drops/acme/", recursive=True)
     raw_before = {f.path: f.sha256 for f in manifest.files}
-
-    data = yaml.safe_load((REPO / "dags" / "vendors" / "acme_robotics.yaml").read_text())
-    data["source"] |= {"url": "s3://sluice-drops/acme", "settle_s": 0}
-    data["planner"] |= {"batch_stagger_s": 0, "min_splits": 2}
-    (tmp_path / "vendors").mkdir()
-    vendor_file = tmp_path / "vendors" / "acme_robotics.yaml"
-    vendor_file.write_text(yaml.safe_dump(data, sort_keys=False))
     vendor = load_vendor(vendor_file)
     settings = load_settings(
         home=tmp_path / "home",
