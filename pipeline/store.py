@@ -203,15 +203,12 @@ class Store:
         """
         tmp = self.path(TMP)
         self.fs.invalidate_cache(tmp)
-        try:
-            names = self.fs.ls(tmp, detail=False)
-        except FileNotFoundError:
-            return
-        for name in names:
-            if name.rsplit("/", 1)[-1].startswith(f"{lineage}."):
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.rm(name)
-                log.warning("removed %s, left by an earlier landing of the same source", name)
+        # a listing of this source's prefix only (on S3 one request for the few keys it has, not a
+        # listing of every landing's staging copies); the lineage is hex, nothing in it is a wildcard
+        for name in self.fs.glob(f"{tmp}/{lineage}.*"):
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(name)
+            log.warning("removed %s, left by an earlier landing of the same source", name)
 
     def _publish(self, staging: str, final: str) -> bool:
         """Publish without ever overwriting an object; return whether this call created it."""

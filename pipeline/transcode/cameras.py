@@ -42,12 +42,17 @@ SCALE_INTERPOLATION = "AREA"
 
 @dataclass(frozen=True)
 class CameraJob:
-    """One camera's source pictures (decode order) and how to re-encode them."""
+    """One camera's source pictures (decode order) and how to re-encode them.
+
+    ``prefetch``: decode in a thread of its own ahead of the encoder (see :func:`prefetched`); worth it only
+    when a core would otherwise idle (:func:`prefetch_pays`).
+    """
 
     name: str
     frames: CameraFrames
     rate: Fraction
     settings: EncoderSettings
+    prefetch: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,8 +105,10 @@ def prefetched(items: Iterable[av.VideoFrame], depth: int = PREFETCH_FRAMES) -> 
     ahead); an exception raised by the producer is raised here, at the item where it occurred.
 
     PyAV releases the GIL inside libavcodec, so decoding in the thread overlaps the encoder: on a core
-    left idle (three cameras on two encoder processes leave one idle for the last camera) the decode
-    comes for free.
+    left idle (one camera on a two-process pool) the decode comes for free. On cores that every camera's
+    encoder already keeps busy it costs: three 720p JPEG cameras dealt over two processes took 10% more
+    CPU with a decode thread per camera than decoding in line (``sluice bench transcode --source jpeg``),
+    so :func:`encode_camera` uses it only when the job asks (:func:`prefetch_pays`).
     """
     box: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
@@ -213,7 +220,8 @@ def encode_camera(job: CameraJob) -> EncodedCamera:
     # Encoder timestamps are presentation ordinals (x264 wants them rising); this maps them back to the
     # source unit each frame came from (different when the source itself had B-frames).
     source_of: list[int] = []
-    for frame in prefetched(_decoded(job)):
+    pictures = _decoded(job)
+    for frame in prefetched(pictures) if job.prefetch else pictures:
         if encoder is None:
             source_width, source_height = frame.width, frame.height
             width, height = fit_size(frame.width, frame.height, job.settings.max_pixels)
@@ -243,6 +251,12 @@ def encode_camera(job: CameraJob) -> EncodedCamera:
         units=tuple(units),
         decoded_frames=len(source_of),
     )
+
+
+def prefetch_pays(cameras: int, cores: int) -> bool:
+    """Whether decoding ahead in a thread of its own pays: only while fewer cameras encode at once than
+    there are cores for them, so that the decode thread runs on a core no encoder uses."""
+    return cameras < cores
 
 
 def run_concurrently(fn: Callable[[_In], _Out], items: Sequence[_In]) -> list[_Out]:

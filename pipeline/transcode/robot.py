@@ -26,14 +26,21 @@ from pipeline.config import StampSource, TopicContract, TranscodeOptions, Vendor
 from pipeline.enums import ReasonCode, SourceKind
 from pipeline.errors import UnknownChoiceError
 from pipeline.transcode import layout
-from pipeline.transcode.cameras import CameraJob, EncodedCamera, deal, encode_camera, encode_cameras
+from pipeline.transcode.cameras import (
+    CameraJob,
+    EncodedCamera,
+    deal,
+    encode_camera,
+    encode_cameras,
+    prefetch_pays,
+)
 from pipeline.transcode.errors import OutputVerifyError, TranscodeInputError
 from pipeline.transcode.groupwriter import GroupedWriter, GroupSpec, OutMessage
 from pipeline.transcode.h264 import KEY_LETTERS
 from pipeline.transcode.profiles import FOXGLOVE_FORMATS, EncoderSettings
 from pipeline.transcode.publish import publish, sha256_file, staged
 from pipeline.transcode.resample import NS_PER_S, Resampled, clean_series, grid, resample
-from pipeline.transcode.source import SourceCamera, SourceEpisode, read_source
+from pipeline.transcode.source import SourceCamera, SourceEpisode, SourceReader
 
 log = logging.getLogger(__name__)
 
@@ -108,14 +115,20 @@ def transcode_episode(
     :class:`OutputVerifyError`.
     """
     started = time.perf_counter()
-    episode = read_source(source, config.contract, config.truth)
+    reader = SourceReader(source, config.contract, config.truth)
+    sources = reader.cameras()
     settings = EncoderSettings.from_options(config.options)
-    jobs = [CameraJob(c.name, c.frames, c.rate, settings) for c in episode.cameras]
+    # in this process the cameras encode one after the other on the task's one core
+    cores = (executor_workers or len(sources)) if executor is not None else 1
+    prefetch = prefetch_pays(len(sources), cores)
+    jobs = [CameraJob(c.name, c.frames, c.rate, settings, prefetch) for c in sources]
     if executor is not None:
-        hands = deal(range(len(jobs)), executor_workers or len(jobs))
+        hands = deal(range(len(jobs)), cores)
         futures = [executor.submit(encode_cameras, [jobs[k] for k in hand]) for hand in hands]
         try:
-            resampled = _resample(episode, config.options.resample_rate_hz)  # while the cameras encode
+            # while the cameras encode: the rest of the log read, the state and actions resampled
+            episode = reader.episode()
+            resampled = _resample(episode, config.options.resample_rate_hz)
             done: dict[int, EncodedCamera] = {}
             for hand, future in zip(hands, futures, strict=True):
                 done.update(zip(hand, future.result(), strict=True))
@@ -125,6 +138,7 @@ def transcode_episode(
             raise
         encoded = [done[k] for k in range(len(jobs))]
     else:
+        episode = reader.episode()  # all of the log read before the encodes, which take longest
         encoded = [encode_camera(job) for job in jobs]
         resampled = _resample(episode, config.options.resample_rate_hz)
     with staged(out, staging_dir) as staging:

@@ -209,16 +209,46 @@ def _camera_family(schema: Schema | None, topic: str) -> CameraFamily:
 
 
 def read_source(path: Path, contract: TopicContract, truth: StampSource) -> SourceEpisode:
-    """Read ``path`` once (through the shared MCAP reader) into a :class:`SourceEpisode`.
+    """Read ``path`` (through the shared MCAP reader) into a :class:`SourceEpisode`.
 
     Raises :class:`TranscodeInputError` for content the transcode cannot use (a picture or vector that a
     message family refuses included) and :class:`~pipeline.mcaplog.McapInputError` for bad bytes (both
     are recorded rejections).
     """
-    try:
-        return _Reader(path, contract, truth).read()
-    except MessageFamilyError as exc:  # one error type for the transcode's callers
-        raise TranscodeInputError(exc.code, exc.detail) from None
+    reader = SourceReader(path, contract, truth)
+    reader.cameras()
+    return reader.episode()
+
+
+class SourceReader:
+    """Reads a source log in two steps: the file once, decoding only the cameras' messages
+    (:meth:`cameras`), then every other message, held from that pass (:meth:`episode`), so that the
+    cameras can encode while the state, actions and native streams are decoded.
+
+    Errors are those of :func:`read_source`; a required state or action stream that is missing, or a
+    series message a family refuses, is found by :meth:`episode`.
+    """
+
+    def __init__(self, path: Path, contract: TopicContract, truth: StampSource) -> None:
+        self._reader = _Reader(path, contract, truth)
+        self._cameras: list[SourceCamera] | None = None
+
+    def cameras(self) -> list[SourceCamera]:
+        """Every camera the log has, its pictures and stamps (read once)."""
+        if self._cameras is None:
+            try:
+                self._cameras = self._reader.read_cameras()
+            except MessageFamilyError as exc:  # one error type for the transcode's callers
+                raise TranscodeInputError(exc.code, exc.detail) from None
+        return self._cameras
+
+    def episode(self) -> SourceEpisode:
+        """The whole episode: the cameras of :meth:`cameras` and every other stream, read now."""
+        cameras = self.cameras()
+        try:
+            return self._reader.read_rest(cameras)
+        except MessageFamilyError as exc:
+            raise TranscodeInputError(exc.code, exc.detail) from None
 
 
 class _Reader:
@@ -233,31 +263,46 @@ class _Reader:
         self.native: list[NativeMessage] = []
         self.schemas: dict[str, Schema | None] = {}
         self.channels: dict[str, Channel] = {}
+        self.camera_channels: dict[str, Channel] = {}
+        self.held: list[tuple[Schema | None, Channel, Message]] = []  # read, not yet decoded
         self.decoders = _Decoders()
+        # a topic the contract does not require may be absent: the episode is transcoded without it
+        self.required = {spec.topic for spec in contract.all_topics() if spec.required}
 
-    def read(self) -> SourceEpisode:
+    def read_cameras(self) -> list[SourceCamera]:
+        """One pass over the log: the cameras' messages decoded, every other message held for
+        :meth:`read_rest` (a small share of the bytes: payloads of the streams beside the cameras)."""
         for schema, channel, message in iter_messages(self.path):
-            self.channels.setdefault(channel.topic, channel)
             if channel.topic in self.cameras:
+                self.camera_channels.setdefault(channel.topic, channel)
                 self._camera(schema, channel, message)
             else:
-                self._other(schema, channel, message)
-        # a topic the contract does not require may be absent: the episode is transcoded without it
-        required = {spec.topic for spec in self.contract.all_topics() if spec.required}
-        missing = [t for t, c in self.cameras.items() if not c.stamps and t in required] + [
-            t for t, (s, _) in self.series_data.items() if not s and t in required
-        ]
+                self.channels.setdefault(channel.topic, channel)
+                self.held.append((schema, channel, message))
+        missing = [t for t, c in self.cameras.items() if not c.stamps and t in self.required]
+        if missing:
+            raise TranscodeInputError(
+                ReasonCode.MISSING_REQUIRED_TOPIC, f"no messages on {', '.join(missing)}"
+            )
+        return [c.camera() for c in self.cameras.values() if c.stamps]
+
+    def read_rest(self, cameras: list[SourceCamera]) -> SourceEpisode:
+        """The messages held by :meth:`read_cameras` decoded: series read, native streams copied."""
+        held, self.held = self.held, []
+        for schema, channel, message in held:
+            self._other(schema, channel, message)
+        missing = [t for t, (s, _) in self.series_data.items() if not s and t in self.required]
         if missing:
             raise TranscodeInputError(
                 ReasonCode.MISSING_REQUIRED_TOPIC, f"no messages on {', '.join(missing)}"
             )
         return SourceEpisode(
-            cameras=[c.camera() for c in self.cameras.values() if c.stamps],
+            cameras=cameras,
             state=self._series(self.contract.state),
             actions=self._series(self.contract.actions),
             native=self.native,
             schemas=self.schemas,
-            channels=self.channels,
+            channels={**self.camera_channels, **self.channels},
             metadata=read_metadata(self.path),
             names={t: list(r.names) for t, r in self.readers.items() if r.names},
         )
