@@ -72,3 +72,44 @@ def test_a_bad_camera_in_an_encoder_process_is_a_rejection_and_the_pool_goes_on(
         assert caught.value.code in {ReasonCode.DECODE_ERROR, ReasonCode.TOO_FEW_FRAMES}
         assert "camera front" in caught.value.detail
         assert pool.submit(encode_cameras, [good]).result()[0].decoded_frames == good.frames.count
+
+
+def test_a_missing_state_stream_found_while_the_cameras_encode_is_a_rejection_and_the_pool_goes_on(
+    source_episode: Path, tmp_path: Path
+) -> None:
+    # the cameras are submitted after the first pass; the state streams are decoded while they encode, so
+    # a required stream that is absent is found with encodes in flight: the episode must still end as a
+    # rejection with its reason, and the pool must still encode the next episode
+    from transcode_helpers import PROVENANCE, rewrite
+
+    from pipeline.transcode import transcode_episode
+
+    config = config_for(TrainingProfile.VLA)
+    state = config.contract.state[0]
+    assert state.required
+    without = rewrite(
+        source_episode,
+        tmp_path / "no-state.mcap",
+        lambda channel, message: [] if channel.topic == state.topic else [message.data],
+    )
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with pytest.raises(TranscodeInputError, match=f"no messages on {state.topic}") as caught:
+            transcode_episode(
+                without,
+                tmp_path / "bad" / "episode.mcap",
+                config,
+                PROVENANCE,
+                executor=pool,
+                executor_workers=2,
+            )
+        assert caught.value.code is ReasonCode.MISSING_REQUIRED_TOPIC
+        assert not (tmp_path / "bad" / "episode.mcap").exists()
+        good = transcode_episode(
+            source_episode,
+            tmp_path / "good" / "episode.mcap",
+            config,
+            PROVENANCE,
+            executor=pool,
+            executor_workers=2,
+        )
+        assert [c.frames for c in good.cameras] == [c.source_frames for c in good.cameras]
