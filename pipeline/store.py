@@ -203,9 +203,12 @@ class Store:
         """
         tmp = self.path(TMP)
         self.fs.invalidate_cache(tmp)
-        # a listing of this source's prefix only (on S3 one request for the few keys it has, not a
-        # listing of every landing's staging copies); the lineage is hex, nothing in it is a wildcard
-        for name in self.fs.glob(f"{tmp}/{lineage}.*"):
+        prefix = f"{lineage}."
+        # s3fs lists only the keys under tmp/<lineage>. (not every landing's staging copies); other
+        # filesystems ignore ``prefix`` and list tmp/, hence the filter
+        for name in self.fs.find(tmp, prefix=prefix):
+            if not name.rsplit("/", 1)[-1].startswith(prefix):
+                continue
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(name)
             log.warning("removed %s, left by an earlier landing of the same source", name)

@@ -106,8 +106,9 @@ def prefetched(items: Iterable[av.VideoFrame], depth: int = PREFETCH_FRAMES) -> 
 
     PyAV releases the GIL inside libavcodec, so decoding in the thread overlaps the encoder: on a core
     left idle (one camera on a two-process pool) the decode comes for free. On cores that every camera's
-    encoder already keeps busy it costs: three 720p JPEG cameras dealt over two processes took 10% more
-    CPU with a decode thread per camera than decoding in line (``sluice bench transcode --source jpeg``),
+    encoder already keeps busy it costs: three 720p JPEG cameras dealt over two processes took about 15%
+    more CPU with a decode thread per camera than decoding in line (``sluice bench transcode --source
+    jpeg``: ``cpu_ratio_vs_decode_encode`` 0.83 with the threads, 0.96 without),
     so :func:`encode_camera` uses it only when the job asks (:func:`prefetch_pays`).
     """
     box: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=depth)

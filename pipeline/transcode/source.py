@@ -232,6 +232,7 @@ class SourceReader:
     def __init__(self, path: Path, contract: TopicContract, truth: StampSource) -> None:
         self._reader = _Reader(path, contract, truth)
         self._cameras: list[SourceCamera] | None = None
+        self._episode: SourceEpisode | None = None
 
     def cameras(self) -> list[SourceCamera]:
         """Every camera the log has, its pictures and stamps (read once)."""
@@ -243,12 +244,14 @@ class SourceReader:
         return self._cameras
 
     def episode(self) -> SourceEpisode:
-        """The whole episode: the cameras of :meth:`cameras` and every other stream, read now."""
-        cameras = self.cameras()
-        try:
-            return self._reader.read_rest(cameras)
-        except MessageFamilyError as exc:
-            raise TranscodeInputError(exc.code, exc.detail) from None
+        """The whole episode: the cameras of :meth:`cameras` and every other stream (decoded once)."""
+        if self._episode is None:
+            cameras = self.cameras()
+            try:
+                self._episode = self._reader.read_rest(cameras)
+            except MessageFamilyError as exc:
+                raise TranscodeInputError(exc.code, exc.detail) from None
+        return self._episode
 
 
 class _Reader:
@@ -263,7 +266,6 @@ class _Reader:
         self.native: list[NativeMessage] = []
         self.schemas: dict[str, Schema | None] = {}
         self.channels: dict[str, Channel] = {}
-        self.camera_channels: dict[str, Channel] = {}
         self.held: list[tuple[Schema | None, Channel, Message]] = []  # read, not yet decoded
         self.decoders = _Decoders()
         # a topic the contract does not require may be absent: the episode is transcoded without it
@@ -273,11 +275,10 @@ class _Reader:
         """One pass over the log: the cameras' messages decoded, every other message held for
         :meth:`read_rest` (a small share of the bytes: payloads of the streams beside the cameras)."""
         for schema, channel, message in iter_messages(self.path):
+            self.channels.setdefault(channel.topic, channel)
             if channel.topic in self.cameras:
-                self.camera_channels.setdefault(channel.topic, channel)
                 self._camera(schema, channel, message)
             else:
-                self.channels.setdefault(channel.topic, channel)
                 self.held.append((schema, channel, message))
         missing = [t for t, c in self.cameras.items() if not c.stamps and t in self.required]
         if missing:
@@ -302,7 +303,7 @@ class _Reader:
             actions=self._series(self.contract.actions),
             native=self.native,
             schemas=self.schemas,
-            channels={**self.camera_channels, **self.channels},
+            channels=self.channels,
             metadata=read_metadata(self.path),
             names={t: list(r.names) for t, r in self.readers.items() if r.names},
         )
