@@ -129,6 +129,15 @@ DB_PER_QP = 0.6
 WINDOW_S = 2.0
 FRAMES_PER_CAMERA = 2
 FRAME_STRIDE_S = 0.1
+#: Real footage for the LeRobot anchor's second content: 149 frames of 1280x720 H.264 a camera filmed
+#: indoors (a room, a dog, a person moving), from the shared corpus beside the project (never copied in).
+DEFAULT_FOOTAGE = (
+    Path(__file__).resolve().parents[3]
+    / "shared"
+    / "corpus"
+    / "video"
+    / "internal_emulator_transformer_output_180_rotated.mp4"
+)
 #: Episodes of the synthetic drop start here (a fixed clock, for determinism).
 START_NS = 1_748_851_200_000_000_000
 
@@ -180,16 +189,25 @@ def make_source_episode(
     crf: int = SOURCE_CRF,
     *,
     frame_code: bool = True,
+    footage: Path | None = None,
 ) -> None:
     """One synthetic robot episode (three H.264 cameras, joint states, actions) at ``path``; the cameras
     as a robot logs them (ultrafast, zerolatency, GOP 30) at ``crf``; ``frame_code=False`` draws no frame
-    index into the pictures (what a camera would see)."""
+    index into the pictures (what a camera would see); ``footage``: a video file the cameras film instead of
+    the procedural scene (:mod:`pipeline.synth.footage`)."""
     calibration = make_calibration(seed, 0, "rb01", 0, width, height)
     spec = EpisodeSpec(
         "rb01", "rb01-bench", "rb01-bench-e000", "bench", "op-bench", START_NS, seconds, seed, calibration
     )
     h264 = H264Settings(crf=crf, zero_latency=True)
-    write_episode(path, spec, EpisodeMedia(width=width, height=height, h264=h264, frame_code=frame_code))
+    media = EpisodeMedia(
+        width=width,
+        height=height,
+        h264=h264,
+        frame_code=frame_code,
+        footage=None if footage is None else str(footage),
+    )
+    write_episode(path, spec, media)
 
 
 def rewrite_default_layout(src: Path, dst: Path) -> None:
@@ -352,8 +370,33 @@ def _pick_matched(figures: dict[str, dict[str, Any]], candidates: list[str], tar
     return min(candidates, key=lambda c: abs(figures[c]["psnr_mean_db"] - target_db))
 
 
-def run(size: str, settings: Settings) -> dict[str, Any]:
-    """Run the benchmark (``size``: default, small, large or tiny)."""
+def default_footage() -> Path | None:
+    """The corpus's real camera clip when the shared corpus sits beside the project, else None."""
+    return DEFAULT_FOOTAGE if DEFAULT_FOOTAGE.is_file() else None
+
+
+def _anchor(folder: Path, p: dict[str, Any], footage: Path | None) -> dict[str, Any]:
+    """The LeRobot v3 anchor (:mod:`pipeline.bench.anchor`) on a source episode of its own: the procedural
+    scene, or ``footage`` filmed by the three cameras."""
+    folder.mkdir()
+    source = folder / "source.mcap"
+    make_source_episode(
+        source, p["anchor_seconds"], p["anchor_width"], p["anchor_height"], frame_code=False, footage=footage
+    )
+    pools = WorkerPool(p["workers"], name="bench read encoder") if p["workers"] > 1 else nullcontext()
+    with pools as pool:
+        figures = anchor.run(source, folder, p, pool)
+    figures["anchor"]["content"] = "footage" if footage is not None else "procedural scene with grain"
+    return figures
+
+
+def run(size: str, settings: Settings, footage: Path | None = None) -> dict[str, Any]:
+    """Run the benchmark (``size``: default, small, large or tiny; ``footage``: the video the anchor's second
+    content films, by default the corpus's real camera clip when it is there)."""
+    if footage is not None:
+        from pipeline.synth.footage import check_footage
+
+        check_footage(footage)
     if size not in SIZES:
         raise UnknownChoiceError("size", size, SIZES)
     p = SIZES[size]
@@ -421,25 +464,32 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
         for name, figures in _time_profiles(outputs, timed, p["rounds"]).items():
             profiles.figures[name].update(figures)
         phase("profile_samples_s")
-        # the LeRobot v3 anchor: its own source at a robot camera's size, without frame codes
-        anchor_source = tmp / "anchor_source.mcap"
-        make_source_episode(
-            anchor_source, p["anchor_seconds"], p["anchor_width"], p["anchor_height"], frame_code=False
-        )
-        anchor_dir = tmp / "anchor"
-        anchor_dir.mkdir()
-        anchor_pools = (
-            WorkerPool(p["workers"], name="bench read encoder") if p["workers"] > 1 else nullcontext()
-        )
-        with anchor_pools as anchor_pool:
-            anchored = anchor.run(anchor_source, anchor_dir, p, anchor_pool)
+        # the LeRobot v3 anchor: its own source at a robot camera's size, without frame codes, filming the
+        # procedural scene, then real footage
+        anchored = _anchor(tmp / "anchor", p, None)
         phase("anchor_s")
+        footage = footage if footage is not None else default_footage()
+        if footage is not None:
+            anchored_footage = _anchor(tmp / "anchor_footage", p, footage)
+            footage_keys = {
+                f"{k}_footage": v
+                for k, v in anchored_footage.items()
+                if k != "anchor" and k.startswith("lerobot_")
+            }
+            footage_block = {"footage": str(footage), **anchored_footage["anchor"]}
+        else:
+            log.warning("no footage for the LeRobot anchor's second content (%s is missing)", DEFAULT_FOOTAGE)
+            footage_keys = {}
+            footage_block = {"skipped": f"no footage file ({DEFAULT_FOOTAGE} is missing); pass --footage"}
+        phase("anchor_footage_s")
     figures = profiles.figures
     ours_fig, base_fig = _figures(ours), _figures(base)
     vla_ms = figures["vla"]["ms_per_requested_frame"]
     return {
         **{k: v for k, v in anchored.items() if k != "anchor"},
         "lerobot_anchor": anchored["anchor"],
+        **footage_keys,
+        "lerobot_anchor_footage": footage_block,
         "read_amplification": ours_fig["read_amplification"],
         "decompress_amplification": ours_fig["decompress_amplification"],
         "reads_per_sample": ours_fig["reads_per_sample"],

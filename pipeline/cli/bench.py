@@ -29,6 +29,12 @@ def command(
     source: str = typer.Option(
         None, "--source", help="transcode only: what the source cameras carry (h264, jpeg, png)."
     ),
+    footage: Path = typer.Option(
+        None,
+        "--footage",
+        help="read only: the video the LeRobot anchor's cameras film as its second content "
+        "(default: the shared corpus's real camera clip, when it is beside the project).",
+    ),
 ) -> None:
     """Run a benchmark against its reference in the same run and write the results as JSON."""
     if name not in BENCHMARKS:
@@ -41,11 +47,15 @@ def command(
         if exc.name == f"pipeline.bench.{name}":
             raise typer.BadParameter(f"benchmark {name!r} is not implemented yet") from None
         raise
-    options = {}
+    options: dict[str, object] = {}
     if source is not None:
         if name != "transcode":
             raise typer.BadParameter(f"--source is an option of the transcode bench, not of {name}")
         options["source"] = source
+    if footage is not None:
+        if name != "read":
+            raise typer.BadParameter(f"--footage is an option of the read bench, not of {name}")
+        options["footage"] = footage
     started = time.time()
     results = module.run(size=size, settings=load_settings(), **options)
     results.setdefault("bench", name)

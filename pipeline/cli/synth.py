@@ -144,6 +144,12 @@ def robot(
         typer.Option(help=f"Message shapes: {', '.join(ROBOT_FLAVOR_NAMES)} (default: TOPICS.md's)."),
     ] = "default",
     pixel_encoding: Annotated[str, typer.Option(help="Raw flavors' pixel encoding (ROS name).")] = "rgb8",
+    footage: Annotated[
+        Path | None,
+        typer.Option(
+            help="A video file the cameras film instead of the procedural scene (each its own window)."
+        ),
+    ] = None,
     jobs: _Jobs = None,
 ) -> None:
     """Write MCAP robot logs (3 cameras, joint states, actions, calibrations) into OUT; the cameras are H.264
@@ -156,7 +162,7 @@ def robot(
         episodes=episodes, seconds=seconds, seed=seed, defects=_defects(defect, ROBOT_DEFECT_NAMES),
         target_size_bytes=_size(size), width=width, height=height, robots=robots,
         episodes_per_session=episodes_per_session, preset=preset, crf=crf, flavor=flavor,
-        pixel_encoding=pixel_encoding,
+        pixel_encoding=pixel_encoding, footage=None if footage is None else str(footage),
     )  # fmt: skip
     _run("robot", out, values, jobs or _default_jobs())
 

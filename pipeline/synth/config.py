@@ -11,6 +11,7 @@ from pipeline.errors import ConfigError
 from pipeline.synth.defects import RobotDefect, VideoDefect, defect_applies
 from pipeline.synth.encode import RAW_ENCODINGS, H264Settings, X264Preset
 from pipeline.synth.flavors import FLAVOR_NAMES
+from pipeline.synth.footage import check_footage
 from pipeline.synth.robot import Compression, EpisodeMedia
 from pipeline.synth.scene import check_frame_size
 from pipeline.synth.video import ClipMedia
@@ -43,10 +44,16 @@ class RobotDropConfig(BaseModel):
         "default", description="Message shapes (pipeline.synth.flavors): " + ", ".join(FLAVOR_NAMES)
     )
     pixel_encoding: str = Field("rgb8", description="Pixel encoding of raw flavors' cameras (ROS name).")
+    footage: str | None = Field(
+        None,
+        description="A video file the cameras film instead of the procedural scene (each its own window).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RobotDropConfig:
         check_frame_size(self.width, self.height)
+        if self.footage is not None:
+            check_footage(self.footage)
         if self.flavor not in FLAVOR_NAMES:
             raise ValueError(f"flavor {self.flavor!r} is unknown; allowed: {', '.join(FLAVOR_NAMES)}")
         if self.pixel_encoding not in RAW_ENCODINGS:
@@ -70,6 +77,7 @@ class RobotDropConfig(BaseModel):
             chunk_size_bytes=self.chunk_size_bytes,
             flavor=self.flavor,
             pixel_encoding=self.pixel_encoding,
+            footage=self.footage,
         )
 
 

@@ -44,6 +44,7 @@ from pipeline.synth import ros2 as ros2_msgs
 from pipeline.synth.calibration import NS_PER_S, Calibration, proto_timestamp
 from pipeline.synth.encode import AnnexBEncoder, H264Settings, HevcAnnexBEncoder, StillEncoder, raw_picture
 from pipeline.synth.flavors import Flavor
+from pipeline.synth.footage import FootageScene
 from pipeline.synth.scene import SceneGenerator, yuv420p_buffer
 from pipeline.synth.streams import (
     ACTION_DELAY_NS,
@@ -83,6 +84,9 @@ class EpisodeMedia:
     frame_code: bool = True
     flavor: str = "default"  # see pipeline.synth.flavors
     pixel_encoding: str = "rgb8"  # raw flavors' pixel encoding (ROS name)
+    # A video file the cameras film instead of the procedural scene (pipeline.synth.footage): each camera
+    # sees its own window of it. None: the procedural scene.
+    footage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -275,7 +279,11 @@ def _camera_messages(
     the picture of frame ``corrupt_frame`` (if any) is damaged (:func:`_damage`)."""
     flavor = flavors.flavor(media.flavor)
     fps = Fraction(layout.CAMERA_RATE_HZ).limit_denominator(1001)
-    scene = SceneGenerator(media.width, media.height, seed=spec.seed * 16 + camera_index)
+    scene: SceneGenerator | FootageScene
+    if media.footage is not None:
+        scene = FootageScene(media.footage, media.width, media.height, camera_index, len(layout.CAMERA_NAMES))
+    else:
+        scene = SceneGenerator(media.width, media.height, seed=spec.seed * 16 + camera_index)
     pictures = _Pictures(flavor, media, fps)
     buf = yuv420p_buffer(media.width, media.height)[0]
     row_of_frame = {int(k): row for row, k in enumerate(frame_indices)}
