@@ -66,6 +66,14 @@ def test_read_bench_reports_every_headline_key(corpus_dir: Path) -> None:
         assert all(isinstance(c["psnr_pooled_db"], float) for c in contenders.values())
         assert contenders["ddra_h265_slow"]["settings"]["preset"] == "slow"
         assert "timing" not in contenders["ddra_h265_slow"]
+        # through the cap our reader coalesces only the gaps worth a request's latency there: never more
+        # bytes than from local disk
+        for name in ("ddra_h264", "ddra_h265"):
+            timing = contenders[name]["timing"]
+            for pattern in anchor["patterns"]:
+                capped, uncapped = timing["capped"][pattern], timing["uncapped"][pattern]
+                assert capped["bytes_read_per_frame"] <= uncapped["bytes_read_per_frame"]
+
     assert results["samples"] == 20
     assert results["decoded_frames_per_frame_random_access"] <= 3.0
     assert results["decoded_frames_per_frame_world_model"] > results["decoded_frames_per_frame_vla"]
@@ -104,3 +112,12 @@ def test_sluice_bench_read_footage_option_is_checked(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "--footage is an option of the read bench" in refused.output
     missing = runner.invoke(app, ["bench", "read", "--size", "tiny", "--footage", str(tmp_path / "x.mp4")])
     assert isinstance(missing.exception, FootageError) and "x.mp4: no such file" in str(missing.exception)
+
+
+def test_the_capped_link_coalesces_smaller_gaps() -> None:
+    from pipeline.bench.contenders import coalesce_gap_bytes
+    from pipeline.reader.sample import DEFAULT_COALESCE_GAP_BYTES
+
+    # the reader's default is the rule at a local NVMe drive's ~2.5 GB/s; a 100 MiB/s link gets ~10 KiB
+    assert 0.8 < coalesce_gap_bytes(2.5e9) / DEFAULT_COALESCE_GAP_BYTES < 1.2
+    assert coalesce_gap_bytes(100 * 2**20) == 10485
