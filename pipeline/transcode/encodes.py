@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Picture spools live in ``<temp folder>/sluice-spool-<pid>-<random>/``: the process id lets a later
+#: transcode remove the folder of one that was killed (:func:`_remove_orphaned_spools`).
+SPOOL_FOLDER_PREFIX = "sluice-spool-"
+
 
 class EncodedEpisode(NamedTuple):
     """The source episode as read, its cameras encoded (in the order of ``episode.cameras``), and its state
@@ -114,9 +118,12 @@ def _encode_spooled(
     cores = workers or len(plan)
     prefetch = prefetch_pays(len(plan), cores)
     hands = deal(range(len(plan)), cores)
+    _remove_orphaned_spools(Path(tempfile.gettempdir()))
     try:
         # in the temp folder, not beside the output: a store's staging area may be a network file system
-        folder_context = tempfile.TemporaryDirectory(prefix="sluice-spool-", ignore_cleanup_errors=True)
+        folder_context = tempfile.TemporaryDirectory(
+            prefix=f"{SPOOL_FOLDER_PREFIX}{os.getpid()}-", ignore_cleanup_errors=True
+        )
     except OSError as exc:
         raise NotStreamableError(f"no folder for picture spools ({exc})") from None
     with folder_context as folder, contextlib.ExitStack() as open_spools:
@@ -149,6 +156,22 @@ def _encode_spooled(
         open_spools.close()
         # the spools are removed once every encode has ended (or the episode has failed)
         return _gather(reader, hands, futures, config.options.resample_rate_hz)
+
+
+def _remove_orphaned_spools(temp: Path) -> None:
+    """Remove the spool folders of transcodes killed before they could (the process id in a folder's
+    name no longer runs; a folder of a live process, or of another user's, is left)."""
+    for folder in temp.glob(f"{SPOOL_FOLDER_PREFIX}*-*"):
+        pid = folder.name[len(SPOOL_FOLDER_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            log.info("removing %s, left by a transcode that no longer runs", folder)
+            shutil.rmtree(folder, ignore_errors=True)
+        except (PermissionError, OverflowError):
+            continue
 
 
 class _Submitting:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing
+import os
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -238,3 +240,34 @@ def test_without_a_temp_folder_for_spools_the_log_is_read_first(
         alone, pooled = _both(source, _config("ros2-jpeg"), tmp_path, pool)
     assert "no folder for picture spools" in caplog.text
     assert pooled.sha256 == alone.sha256
+
+
+def test_one_camera_on_two_processes_decodes_ahead_from_its_spool(
+    tmp_path: Path, pool: ProcessPoolExecutor
+) -> None:
+    # fewer cameras than processes: the encoder decodes in a thread of its own, which reads the spool
+    source = write_flavored(tmp_path / "source.mcap", "ros2-h264")
+    topics = contract("ros2-h264").model_dump(mode="json")
+    topics["cameras"] = topics["cameras"][:1]
+    options = TranscodeOptions.model_validate({"profile": "vla"})
+    config = RobotTranscodeConfig(options, TopicContract.model_validate(topics), StampSource.HARDWARE)
+    alone, pooled = _both(source, config, tmp_path, pool)
+    assert [c.name for c in pooled.cameras] == ["front"]
+    assert pooled.sha256 == alone.sha256
+
+
+def test_spools_left_by_a_killed_transcode_are_removed_by_the_next(
+    tmp_path: Path, pool: ProcessPoolExecutor, own_temp_dir: Path
+) -> None:
+    ended = subprocess.Popen(["true"])  # a transcode that was killed: its process id no longer runs
+    ended.wait()
+    orphan = own_temp_dir / f"sluice-spool-{ended.pid}-x1y2"
+    live = own_temp_dir / f"sluice-spool-{os.getpid()}-x1y2"  # another transcode, still running
+    for folder in (orphan, live):
+        folder.mkdir()
+        (folder / "0.spool").write_bytes(b"pictures")
+    source = write_flavored(tmp_path / "source.mcap", "ros2-jpeg")
+    transcode_episode(
+        source, tmp_path / "out" / "episode.mcap", _config("ros2-jpeg"), PROVENANCE, executor=pool
+    )
+    assert sorted(own_temp_dir.iterdir()) == [live]
