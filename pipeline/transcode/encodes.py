@@ -10,9 +10,11 @@ read, each camera's pictures handed to its encoder through a spool file as they 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -40,9 +42,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Picture spools live in ``<temp folder>/sluice-spool-<pid>-<random>/``: the process id lets a later
-#: transcode remove the folder of one that was killed (:func:`_remove_orphaned_spools`).
+#: Picture spools live in ``<temp folder>/sluice-spool-<host>-<pid>-<random>/``: the process id lets a later
+#: transcode on the same host remove the folder of one that was killed (:func:`_remove_orphaned_spools`);
+#: the host (a hash of its name) keeps it from judging the process ids of another machine or container that
+#: shares the temp folder.
 SPOOL_FOLDER_PREFIX = "sluice-spool-"
+
+
+def _spool_folder_prefix(pid: int | None = None) -> str:
+    host = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    return f"{SPOOL_FOLDER_PREFIX}{host}-" + ("" if pid is None else f"{pid}-")
 
 
 class EncodedEpisode(NamedTuple):
@@ -122,7 +131,7 @@ def _encode_spooled(
     try:
         # in the temp folder, not beside the output: a store's staging area may be a network file system
         folder_context = tempfile.TemporaryDirectory(
-            prefix=f"{SPOOL_FOLDER_PREFIX}{os.getpid()}-", ignore_cleanup_errors=True
+            prefix=_spool_folder_prefix(os.getpid()), ignore_cleanup_errors=True
         )
     except OSError as exc:
         raise NotStreamableError(f"no folder for picture spools ({exc})") from None
@@ -159,10 +168,11 @@ def _encode_spooled(
 
 
 def _remove_orphaned_spools(temp: Path) -> None:
-    """Remove the spool folders of transcodes killed before they could (the process id in a folder's
-    name no longer runs; a folder of a live process, or of another user's, is left)."""
-    for folder in temp.glob(f"{SPOOL_FOLDER_PREFIX}*-*"):
-        pid = folder.name[len(SPOOL_FOLDER_PREFIX) :].split("-", 1)[0]
+    """Remove the spool folders of transcodes on this host killed before they could (the process id in
+    a folder's name no longer runs; a folder of a live process, or of another user's, is left)."""
+    prefix = _spool_folder_prefix()
+    for folder in temp.glob(f"{prefix}*-*"):
+        pid = folder.name[len(prefix) :].split("-", 1)[0]
         if not pid.isdigit():
             continue
         try:

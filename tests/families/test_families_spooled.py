@@ -5,9 +5,11 @@ with its reason, the pool going on afterwards."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import multiprocessing
 import os
+import socket
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -261,13 +263,15 @@ def test_spools_left_by_a_killed_transcode_are_removed_by_the_next(
 ) -> None:
     ended = subprocess.Popen(["true"])  # a transcode that was killed: its process id no longer runs
     ended.wait()
-    orphan = own_temp_dir / f"sluice-spool-{ended.pid}-x1y2"
-    live = own_temp_dir / f"sluice-spool-{os.getpid()}-x1y2"  # another transcode, still running
-    for folder in (orphan, live):
+    host = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    orphan = own_temp_dir / f"sluice-spool-{host}-{ended.pid}-x1y2"
+    live = own_temp_dir / f"sluice-spool-{host}-{os.getpid()}-x1y2"  # another transcode, still running
+    elsewhere = own_temp_dir / f"sluice-spool-0000beef-{ended.pid}-x1y2"  # another host's: not judged here
+    for folder in (orphan, live, elsewhere):
         folder.mkdir()
         (folder / "0.spool").write_bytes(b"pictures")
     source = write_flavored(tmp_path / "source.mcap", "ros2-jpeg")
     transcode_episode(
         source, tmp_path / "out" / "episode.mcap", _config("ros2-jpeg"), PROVENANCE, executor=pool
     )
-    assert sorted(own_temp_dir.iterdir()) == [live]
+    assert sorted(own_temp_dir.iterdir()) == sorted([live, elsewhere])
