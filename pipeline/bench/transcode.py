@@ -21,7 +21,10 @@ the same libx264 settings:
 * ``ours_per_camera``: ours with one task per camera, the arrangement before cameras were dealt.
 
 CPU seconds of every process involved are added up beside (``cpu_ratio``, ``cpu_ms_per_frame``): on a busy
-shared machine they say more than wall time.
+shared machine they say more than wall time. They are the parent's and each pool task's own: a worker's
+unpickling of a task's arguments before the task runs is outside them (for the bare loops, their pictures;
+the parent's pickling is in), while ours' encoders read their pictures from spool files inside their tasks
+(:mod:`pipeline.families.spool`).
 
 Beside the speed: ``payload_ratio_vs_source`` (our camera bytes / the source's; ``payload_ratio_vs_jpeg``
 with ``--source jpeg``) and the luma PSNR of every output frame against the source picture as decoded

@@ -266,10 +266,12 @@ def raw_frame(data: bytes, layout: RawLayout) -> av.VideoFrame:
 class CameraFrames:
     """A camera's pictures in decode order, picklable for encoder processes.
 
-    Compressed pictures (video access units, still images) are held in memory: a minute of three 720p
-    JPEG cameras is a few hundred MB at most. Raw pictures are not (a minute of one 720p rgb8 camera is
-    5 GB): ``streamed_from`` names the file and topic they are read from again, one at a time, by whoever
-    decodes them; they come in the order the source reader saw them (log-time order).
+    Compressed pictures (video access units, still images) are held in memory (a minute of three 720p
+    JPEG cameras is about 800 MB), or, when the transcode handed them to its encoder processes while it
+    read the log, in the ``spool`` file they went through (:mod:`pipeline.families.spool`; readable while
+    the transcode runs). Raw pictures are not held (a minute of one 720p rgb8 camera is 5 GB):
+    ``streamed_from`` names the file and topic they are read from again, one at a time, by whoever decodes
+    them; they come in the order the source reader saw them (log-time order).
     """
 
     kind: FrameKind
@@ -277,8 +279,14 @@ class CameraFrames:
     count: int
     payloads: tuple[FramePayload, ...] = ()
     streamed_from: tuple[str, str] | None = None  # (MCAP path, topic) of a raw camera
+    spool: str | None = None  # a finished picture spool
 
     def __iter__(self) -> Iterator[FramePayload]:
+        if self.spool is not None:
+            from pipeline.families.spool import read_spool
+
+            yield from read_spool(self.spool)
+            return
         if self.streamed_from is None:
             yield from self.payloads
             return
@@ -291,7 +299,7 @@ class CameraFrames:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes of the compressed payloads held (0 for a streamed raw camera)."""
+        """Bytes of the compressed payloads held (0 for a streamed raw camera or a spooled one)."""
         return sum(len(p.data) for p in self.payloads)
 
 

@@ -22,6 +22,7 @@ from av.video.reformatter import ColorRange, Colorspace
 
 from pipeline.enums import ReasonCode
 from pipeline.families import CameraFrames, MessageFamilyError
+from pipeline.families.spool import SpooledFrames
 from pipeline.media.x264 import X264_THREADS
 from pipeline.transcode.bitstream import unit_letter
 from pipeline.transcode.errors import TranscodeInputError
@@ -44,12 +45,14 @@ SCALE_INTERPOLATION = "AREA"
 class CameraJob:
     """One camera's source pictures (decode order) and how to re-encode them.
 
+    ``frames``: the pictures, held or streamed (:class:`~pipeline.families.CameraFrames`), or coming
+    through a spool while the source is read (:class:`~pipeline.families.spool.SpooledFrames`).
     ``prefetch``: decode in a thread of its own ahead of the encoder (see :func:`prefetched`); worth it only
     when a core would otherwise idle (:func:`prefetch_pays`).
     """
 
     name: str
-    frames: CameraFrames
+    frames: CameraFrames | SpooledFrames
     rate: Fraction
     settings: EncoderSettings
     prefetch: bool = False

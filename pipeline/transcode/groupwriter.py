@@ -13,17 +13,26 @@ Schema record per distinct schema (three calibration topics of one type share a 
 topic, the schema would be stored three times).
 
 Compression is per group (video does not compress, JSON state does). The stock writer takes one
-compression for the whole file, so the group's compression is set on it before each flush; the guard in
-:class:`GroupedWriter` fails loudly if a future ``mcap`` release renames that attribute.
+compression for the whole file, so the group's compression is set on it before each flush.
+
+A chunk's message records are put into the stock writer's open chunk in one go, with the message index
+entries and statistics its ``add_message`` keeps (:meth:`GroupedWriter._put`): the stock call costs about
+15 us of Python per message, which was most of the time the transcode took to write an episode (7,475
+messages: 0.11 s of 0.125 s under the profiler). The bytes are the stock writer's (a test writes the same
+messages through ``add_message`` and compares). The guard in :class:`GroupedWriter` fails loudly if a
+future ``mcap`` release renames the attributes this relies on.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
+from mcap.opcode import Opcode
+from mcap.records import MessageIndex
 from mcap.writer import CompressionType, Writer
 
 log = logging.getLogger(__name__)
@@ -35,6 +44,11 @@ NEVER_CUT_BYTES = 1 << 62
 #: Bytes of a message record besides its payload (opcode, length, channel, sequence, two times).
 MESSAGE_OVERHEAD_BYTES = 1 + 8 + 2 + 4 + 8 + 8
 _COMPRESSION_ATTR = "_Writer__compression"
+_CHUNK_BUILDER_ATTR = "_Writer__chunk_builder"
+_STATISTICS_ATTR = "_Writer__statistics"
+#: A message record's opcode, length and fixed fields (channel, sequence, log time, publish time).
+_MESSAGE_HEAD = struct.Struct("<BQHIQQ")
+_MESSAGE_FIELDS_BYTES = _MESSAGE_HEAD.size - 9
 
 
 @dataclass(frozen=True)
@@ -79,10 +93,18 @@ class GroupedWriter:
         self._writer = Writer(
             output, chunk_size=NEVER_CUT_BYTES, compression=CompressionType.NONE, enable_data_crcs=True
         )
-        if not hasattr(self._writer, _COMPRESSION_ATTR):
+        builder = getattr(self._writer, _CHUNK_BUILDER_ATTR, None)
+        if (
+            not hasattr(self._writer, _COMPRESSION_ATTR)
+            or not hasattr(self._writer, _STATISTICS_ATTR)
+            or not all(
+                hasattr(builder, a)
+                for a in ("record_writer", "message_indices", "message_start_time", "message_end_time")
+            )
+        ):
             raise RuntimeError(
-                "this mcap release keeps the chunk compression elsewhere; per-group compression needs an "
-                "update of pipeline.transcode.groupwriter"
+                "this mcap release keeps the chunk compression, chunk builder or statistics elsewhere; "
+                "pipeline.transcode.groupwriter needs an update"
             )
         self._groups = dict(groups)
         self._buffers = {name: _Buffer() for name in groups}
@@ -137,18 +159,52 @@ class GroupedWriter:
             return
         # Time-major inside the chunk; the stable sort keeps each channel's own order on equal times.
         ordered = sorted(buffer.messages, key=lambda m: m.log_time)
-        for m in ordered:
-            self._writer.add_message(
-                m.channel_id,
-                log_time=m.log_time,
-                data=m.data,
-                publish_time=m.publish_time,
-                sequence=m.sequence,
-            )
+        self._put(ordered)
         setattr(self._writer, _COMPRESSION_ATTR, _COMPRESSION[self._groups[group].compression])
         self._writer.flush()
         self.chunks.append(ChunkRecord(group, len(ordered), buffer.size_bytes))
         self._buffers[group] = _Buffer()
+
+    def _put(self, messages: Sequence[OutMessage]) -> None:
+        """Put ``messages`` into the stock writer's open chunk, in order: the records, message index
+        entries, chunk times and statistics that ``Writer.add_message`` would give them one by one."""
+        if not messages:
+            return
+        builder: Any = getattr(self._writer, _CHUNK_BUILDER_ATTR)
+        statistics: Any = getattr(self._writer, _STATISTICS_ATTR)
+        indexes: dict[int, MessageIndex] = builder.message_indices
+        counts = statistics.channel_message_counts
+        offset = builder.record_writer.count  # the chunk may already hold channel and schema records
+        parts: list[bytes] = []
+        for m in messages:
+            index = indexes.get(m.channel_id)
+            if index is None:
+                index = indexes[m.channel_id] = MessageIndex(channel_id=m.channel_id, records=[])
+            index.records.append((m.log_time, offset))
+            head = _MESSAGE_HEAD.pack(
+                Opcode.MESSAGE,
+                _MESSAGE_FIELDS_BYTES + len(m.data),
+                m.channel_id,
+                m.sequence,
+                m.log_time,
+                m.publish_time,
+            )
+            parts += (head, m.data)
+            offset += len(head) + len(m.data)
+            counts[m.channel_id] += 1
+        builder.record_writer.write(b"".join(parts))
+        first = min(m.log_time for m in messages)
+        last = max(m.log_time for m in messages)
+        if builder.num_messages == 0:
+            builder.message_start_time = first
+        builder.message_start_time = min(builder.message_start_time, first)
+        builder.message_end_time = max(builder.message_end_time, last)
+        builder.num_messages += len(messages)
+        if statistics.message_count == 0:
+            statistics.message_start_time = first
+        statistics.message_start_time = min(statistics.message_start_time, first)
+        statistics.message_end_time = max(statistics.message_end_time, last)
+        statistics.message_count += len(messages)
 
     def finish(self) -> None:
         """Cut what is left (earliest group first) and write the summary."""

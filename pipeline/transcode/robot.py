@@ -23,24 +23,18 @@ from mcap.reader import make_reader
 from mcap_protobuf.schema import build_file_descriptor_set
 
 from pipeline.config import StampSource, TopicContract, TranscodeOptions, VendorConfig
-from pipeline.enums import ReasonCode, SourceKind
+from pipeline.enums import SourceKind
 from pipeline.errors import UnknownChoiceError
 from pipeline.transcode import layout
-from pipeline.transcode.cameras import (
-    CameraJob,
-    EncodedCamera,
-    deal,
-    encode_camera,
-    encode_cameras,
-    prefetch_pays,
-)
-from pipeline.transcode.errors import OutputVerifyError, TranscodeInputError
+from pipeline.transcode.cameras import EncodedCamera
+from pipeline.transcode.encodes import encode_episode
+from pipeline.transcode.errors import OutputVerifyError
 from pipeline.transcode.groupwriter import GroupedWriter, GroupSpec, OutMessage
 from pipeline.transcode.h264 import KEY_LETTERS
 from pipeline.transcode.profiles import FOXGLOVE_FORMATS, EncoderSettings
 from pipeline.transcode.publish import publish, sha256_file, staged
-from pipeline.transcode.resample import NS_PER_S, Resampled, clean_series, grid, resample
-from pipeline.transcode.source import SourceCamera, SourceEpisode, SourceReader
+from pipeline.transcode.resample import NS_PER_S, Resampled
+from pipeline.transcode.source import SourceCamera, SourceEpisode
 
 log = logging.getLogger(__name__)
 
@@ -110,37 +104,17 @@ def transcode_episode(
     this process, one camera after the other. ``executor_workers``: the pool's process count (unset: one
     task per camera); with more cameras than processes, the cameras are dealt over the processes and each
     process encodes its cameras at once in threads, so that no core idles while the last camera encodes
-    alone (three cameras on two processes: 1.5 camera-times instead of 2). Bad input raises
+    alone (three cameras on two processes: 1.5 camera-times instead of 2). The encodes start before the
+    log has been read when its summary lists its cameras: the pictures reach them through spool files in
+    the temp folder (:mod:`pipeline.transcode.encodes`). Bad input raises
     :class:`TranscodeInputError` or :class:`~pipeline.mcaplog.McapInputError`; a staging file that does not read back raises
     :class:`OutputVerifyError`.
     """
     started = time.perf_counter()
-    reader = SourceReader(source, config.contract, config.truth)
-    sources = reader.cameras()
     settings = EncoderSettings.from_options(config.options)
-    # in this process the cameras encode one after the other on the task's one core
-    cores = (executor_workers or len(sources)) if executor is not None else 1
-    prefetch = prefetch_pays(len(sources), cores)
-    jobs = [CameraJob(c.name, c.frames, c.rate, settings, prefetch) for c in sources]
-    if executor is not None:
-        hands = deal(range(len(jobs)), cores)
-        futures = [executor.submit(encode_cameras, [jobs[k] for k in hand]) for hand in hands]
-        try:
-            # while the cameras encode: the rest of the log read, the state and actions resampled
-            episode = reader.episode()
-            resampled = _resample(episode, config.options.resample_rate_hz)
-            done: dict[int, EncodedCamera] = {}
-            for hand, future in zip(hands, futures, strict=True):
-                done.update(zip(hand, future.result(), strict=True))
-        except BaseException:
-            for future in futures:  # the episode has failed: free the shared pool for the next one
-                future.cancel()
-            raise
-        encoded = [done[k] for k in range(len(jobs))]
-    else:
-        episode = reader.episode()  # all of the log read before the encodes, which take longest
-        encoded = [encode_camera(job) for job in jobs]
-        resampled = _resample(episode, config.options.resample_rate_hz)
+    episode, encoded, resampled = encode_episode(
+        source, config, settings, executor=executor, executor_workers=executor_workers
+    )
     with staged(out, staging_dir) as staging:
         counts, chunks = _write(staging, episode, encoded, resampled, config, provenance)
         verify_written(staging, counts)
@@ -169,19 +143,6 @@ def transcode_episode(
         chunks=chunks,
         seconds=seconds,
     )
-
-
-def _resample(episode: SourceEpisode, rate_hz: float | None) -> list[Resampled]:
-    series = [clean_series(s) for s in (*episode.state, *episode.actions)]
-    if rate_hz is None or not series:
-        return []
-    instants = grid(series, rate_hz)
-    if len(instants) < 2:
-        raise TranscodeInputError(
-            ReasonCode.RESAMPLE_ERROR,
-            f"state and action streams overlap for less than two {rate_hz:g} Hz periods",
-        )
-    return [resample(s, instants) for s in series]
 
 
 def decode_times(presentation_ns: Sequence[int]) -> list[int]:

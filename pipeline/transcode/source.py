@@ -8,7 +8,7 @@ video access units, still images or raw pictures; state and actions as records o
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -32,6 +32,7 @@ from pipeline.families import (
     camera_family,
     read_payload,
 )
+from pipeline.families.spool import SpoolWriter
 from pipeline.mcaplog import iter_messages
 from pipeline.mcaplog.decode import decoder_for, stamp_ns
 from pipeline.mcaplog.exceptions import DecodeError, McapInputError
@@ -56,6 +57,21 @@ class SourceCamera:
     @property
     def frame_count(self) -> int:
         return self.frames.count
+
+
+@dataclass(frozen=True)
+class PlannedCamera:
+    """A camera that the log's summary lists with messages, and the kind of pictures its family carries."""
+
+    name: str
+    topic: str
+    rate: Fraction
+    kind: FrameKind
+
+
+class NotStreamableError(Exception):
+    """The cameras' pictures cannot go to the encoders while the log is read (see
+    :meth:`SourceReader.cameras`): read the log first, then encode. Never leaves the transcode."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +145,8 @@ class _Decoders:
 
 
 class _CameraReader:
-    """Collects one camera's pictures and stamps while the log is read."""
+    """Collects one camera's pictures and stamps while the log is read (the pictures into ``spool`` when
+    it has one)."""
 
     def __init__(self, spec: CameraSpec, path: Path) -> None:
         self.spec = spec
@@ -139,6 +156,7 @@ class _CameraReader:
         self.payloads: list[FramePayload] = []
         self.raw: RawLayout | None = None
         self.format: str | None = None
+        self.spool: SpoolWriter | None = None
 
     def add(self, schema: Schema | None, decoded: Any, stamp: int) -> None:
         assert self.family is not None
@@ -151,6 +169,10 @@ class _CameraReader:
                 ReasonCode.UNSUPPORTED_ENCODING,
                 f"{self.spec.topic}: frame {index} is {payload.format}, the stream started as {self.format}",
             )
+        if self.spool is not None:
+            self._spool(payload, stamp, index)
+            self.stamps.append(stamp)
+            return
         self.stamps.append(stamp)
         if payload.raw is None:
             self.payloads.append(payload)
@@ -164,11 +186,30 @@ class _CameraReader:
                 f"started at {self.raw.width}x{self.raw.height}; a size change mid-stream is not supported",
             )
 
+    def _spool(self, payload: FramePayload, stamp: int, index: int) -> None:
+        """Hand the picture to the encoder now: only possible while it is also the next in stamp order
+        (still images are encoded in stamp order, video access units in the order logged)."""
+        assert self.spool is not None and self.family is not None
+        if payload.raw is not None:
+            raise NotStreamableError(f"{self.spec.topic} carries raw pixels")
+        if self.family.kind is FrameKind.IMAGE and self.stamps and stamp <= self.stamps[-1]:
+            raise NotStreamableError(
+                f"{self.spec.topic}: picture {index}'s stamp is not after picture {index - 1}'s"
+            )
+        try:
+            self.spool.add(payload)
+        except OSError as exc:  # a full temp folder: the pictures are held in memory instead
+            raise NotStreamableError(
+                f"{self.spec.topic}: picture {index} cannot be spooled ({exc})"
+            ) from None
+
     def camera(self) -> SourceCamera:
         assert self.family is not None and self.format is not None
         kind = self.family.kind
         stamps = self.stamps
-        if kind is FrameKind.IMAGE:
+        if self.spool is not None:  # in stamp order, each stamp once (checked while spooled)
+            frames = CameraFrames(kind, self.format, len(stamps), spool=str(self.spool.path))
+        elif kind is FrameKind.IMAGE:
             # still images stand alone: put them in stamp order, a repeated stamp kept once
             order = sorted(range(len(stamps)), key=stamps.__getitem__)
             keep = [i for k, i in enumerate(order) if k == 0 or stamps[i] != stamps[order[k - 1]]]
@@ -234,11 +275,27 @@ class SourceReader:
         self._cameras: list[SourceCamera] | None = None
         self._episode: SourceEpisode | None = None
 
-    def cameras(self) -> list[SourceCamera]:
-        """Every camera the log has, its pictures and stamps (read once)."""
+    def plan(self) -> list[PlannedCamera] | None:
+        """The contract's cameras that the log's summary lists with messages, in contract order, with the
+        kind of pictures each carries: what :meth:`cameras` will find, known before the log is read, so
+        that the encodes can start at once. None when the summary does not say (no statistics or chunk
+        index, or it does not read), a camera topic has more than one channel or a type that is no camera
+        family (reading the log reports that), or a camera carries raw pixels (an encoder reads those
+        from the log itself)."""
+        return self._reader.plan()
+
+    def cameras(self, spools: Mapping[str, SpoolWriter] | None = None) -> list[SourceCamera]:
+        """Every camera the log has, its pictures and stamps (read once).
+
+        ``spools`` (topic -> spool): those cameras' pictures are appended to their spool as they are read
+        instead of being held, and each spool is ended after the pass (an encoder process may read it
+        meanwhile). Raises :class:`NotStreamableError` when such a camera's pictures turn out not to be
+        in the order they must be encoded in (still images out of stamp order, or raw pixels); its spool
+        then holds only some of them.
+        """
         if self._cameras is None:
             try:
-                self._cameras = self._reader.read_cameras()
+                self._cameras = self._reader.read_cameras(spools or {})
             except MessageFamilyError as exc:  # one error type for the transcode's callers
                 raise TranscodeInputError(exc.code, exc.detail) from None
         return self._cameras
@@ -271,9 +328,41 @@ class _Reader:
         # a topic the contract does not require may be absent: the episode is transcoded without it
         self.required = {spec.topic for spec in contract.all_topics() if spec.required}
 
-    def read_cameras(self) -> list[SourceCamera]:
-        """One pass over the log: the cameras' messages decoded, every other message held for
-        :meth:`read_rest` (a small share of the bytes: payloads of the streams beside the cameras)."""
+    def plan(self) -> list[PlannedCamera] | None:
+        try:
+            with open(self.path, "rb") as fh:
+                summary = make_reader(fh).get_summary()
+        except Exception:  # the stock reader raises bare struct/EOF errors: reading the log reports them
+            return None
+        if summary is None:
+            return None
+        if summary.statistics is not None:
+            logged = {cid for cid, n in summary.statistics.channel_message_counts.items() if n > 0}
+        elif summary.chunk_indexes:
+            logged = {cid for index in summary.chunk_indexes for cid in index.message_index_offsets}
+        else:
+            return None
+        planned = []
+        for camera in self.cameras.values():
+            spec = camera.spec
+            channels = [c for c in summary.channels.values() if c.topic == spec.topic]
+            if not any(c.id in logged for c in channels):
+                continue
+            if len(channels) > 1:
+                return None
+            schema = summary.schemas.get(channels[0].schema_id)
+            family = camera_family(schema.name if schema is not None else None)
+            if family is None or family.kind is FrameKind.RAW:
+                return None
+            planned.append(PlannedCamera(spec.name, spec.topic, frame_rate(spec.rate_hz), family.kind))
+        return planned
+
+    def read_cameras(self, spools: Mapping[str, SpoolWriter]) -> list[SourceCamera]:
+        """One pass over the log: the cameras' messages decoded (their pictures into ``spools``, where a
+        camera has one), every other message held for :meth:`read_rest` (a small share of the bytes:
+        payloads of the streams beside the cameras)."""
+        for topic, spool in spools.items():
+            self.cameras[topic].spool = spool
         for schema, channel, message in iter_messages(self.path):
             self.channels.setdefault(channel.topic, channel)
             if channel.topic in self.cameras:
@@ -285,7 +374,11 @@ class _Reader:
             raise TranscodeInputError(
                 ReasonCode.MISSING_REQUIRED_TOPIC, f"no messages on {', '.join(missing)}"
             )
-        return [c.camera() for c in self.cameras.values() if c.stamps]
+        found = [c.camera() for c in self.cameras.values() if c.stamps]
+        for c in self.cameras.values():
+            if c.spool is not None and c.stamps:
+                c.spool.end()
+        return found
 
     def read_rest(self, cameras: list[SourceCamera]) -> SourceEpisode:
         """The messages held by :meth:`read_cameras` decoded: series read, native streams copied."""
