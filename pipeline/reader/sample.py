@@ -11,6 +11,7 @@ needed access units in decode order: a random-access episode decodes two anchors
 from __future__ import annotations
 
 import json
+import json.scanner
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ NS_PER_S = 1_000_000_000
 #: either side of a keyframe).
 DEFAULT_COALESCE_GAP_BYTES = 256 * 1024
 _MESSAGE_HEAD = struct.Struct("<BQHIQQ")  # opcode, record length, channel, sequence, log time, publish time
+#: The scanner ``json.loads`` runs once it has found the text's encoding and skipped its whitespace (C, and
+#: stateless between calls). A 2 s window is 200 small records, and ``json.loads``'s Python around the scan
+#: was about 40% of their decoding.
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: any context
 
 
 class FrameDecodeError(InputError):
@@ -237,7 +242,7 @@ class EpisodeReader:
         proprio: dict[str, list[dict[str, Any]]] = {topic: [] for topic in topics}
         for key, loc in wanted:
             if key in proprio:
-                proprio[key].append(json.loads(records[(loc.chunk, loc.offset)]))
+                proprio[key].append(_json_record(records[(loc.chunk, loc.offset)]))
         frames: dict[str, list[CameraFrame]] = {}
         for name, positions in requested.items():
             table = self.index.cameras[name]
@@ -351,6 +356,19 @@ class EpisodeReader:
             out.append(CameraFrame(table.pts_ns[position], image))
             counters.frames_returned += 1
         return out
+
+
+def _json_record(record: bytes) -> Any:
+    """``json.loads(record)``, sooner for a record that is one JSON value from its first byte to its last
+    in UTF-8 (what the transcode writes): the scanner gives exactly what ``json.loads`` would. Anything
+    else (a byte-order mark, another encoding, whitespace around the value, damage) goes to ``json.loads``
+    itself, which returns or raises what it always did."""
+    try:
+        text = record.decode()
+        value, end = _scan_json(text, 0)
+    except (ValueError, StopIteration, RecursionError):
+        return json.loads(record)
+    return value if end == len(text) else json.loads(record)
 
 
 def open_episode(source: str | Path | IO[bytes], **options: Any) -> EpisodeReader:
