@@ -107,6 +107,19 @@ class SampleReadError(SampleLoaderError):
         super().__init__(f"row {row} ({uri}): {detail}")
 
 
+class LoaderWorkerDiedError(SampleLoaderError):
+    """A worker process died (a signal, the OOM killer, a crash in a decoder) while a batch was being read
+    or waited in its queue: the batch is lost. Its cause names the process and how it ended."""
+
+    def __init__(self, rows: Sequence[int], uris: Sequence[str], how: str) -> None:
+        self.rows = list(rows)
+        self.uris = list(uris)
+        super().__init__(
+            f"a sample loader worker process died while the batch of rows {self.rows} "
+            f"({', '.join(dict.fromkeys(self.uris))}) was being read or waited for it: {how}"
+        )
+
+
 class LoaderClosedError(SampleLoaderError):
     """The loader was used after :meth:`SampleLoader.close`."""
 
@@ -350,6 +363,16 @@ class SampleLoader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def worker_pids(self) -> list[int]:
+        """The process ids of the worker processes running now (``processes=True``; none on threads, and
+        none before the first batch or :meth:`open_readers` started them)."""
+        if not self.processes:
+            return []
+        from pipeline.processes import WorkerPool
+
+        assert isinstance(self._pool, WorkerPool)
+        return self._pool.pids()
+
     def readers_by_thread(self) -> dict[str, dict[str, EpisodeReader]]:
         """The open readers: thread name -> uri -> reader (least recently used first). For inspection
         only: a reader belongs to its thread and must not be sampled from elsewhere."""
@@ -379,7 +402,7 @@ class SampleLoader:
                 if not pending:
                     pending.append(self._submit())
                 rows, futures = pending.popleft()
-                batch = SampleBatch(self._collect(futures))
+                batch = SampleBatch(self._collect(rows, futures))
                 batch.rows = rows
                 # Refill after collecting: submitting wakes the workers, which then compete for the GIL
                 # with this thread; collecting first keeps a ready batch from waiting on them.
@@ -391,20 +414,24 @@ class SampleLoader:
                 for future in futures:
                     self._forget(future)
 
-    def _collect(self, futures: list[Future[Any]]) -> list[Sample]:
+    def _collect(self, rows: list[int], futures: list[Future[Any]]) -> list[Sample]:
         """The samples of one batch's futures, in order (one per sample on threads; one per part of the
         batch in processes, whose frames are taken from shared memory here)."""
         if not self.processes:
             return [future.result() for future in futures]
+        from pipeline.processes import WorkerCrashedError
         from pipeline.reader import shared
 
         samples: list[Sample] = []
         for number, future in enumerate(futures):
             try:
                 part = future.result()
-            except BaseException:
+            except BaseException as exc:
                 for later in futures[number:]:
                     self._forget(later)
+                if isinstance(exc, WorkerCrashedError):
+                    uris = [self._row(index).uri for index in rows]
+                    raise LoaderWorkerDiedError(rows, uris, str(exc)) from exc
                 raise
             with self._lock:
                 self._unclaimed.discard(future)
