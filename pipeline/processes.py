@@ -35,6 +35,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -54,6 +55,8 @@ T = TypeVar("T")
 DROPPED_ENV_PREFIXES = ("AIRFLOW_", "AIRFLOW__")
 #: How much of a dead child's log is kept in the error (its first traceback line is what matters).
 CRASH_LOG_BYTES = 4096
+#: How long a crash report waits for the dead child's exit code to be readable (it lags by milliseconds).
+CRASH_SETTLE_S = 5.0
 
 _main_lock = threading.Lock()
 _daemon_lock = threading.Lock()
@@ -179,13 +182,24 @@ def _first_traceback_line(path: Path) -> str | None:
 
 
 class _Linked(Future[T]):
-    """The future a :class:`WorkerPool` hands out: settled from the executor's own, cancelled with it."""
+    """The future a :class:`WorkerPool` hands out: settled from the executor's own, cancelled with it.
 
-    def __init__(self, inner: Future[T]) -> None:
+    Not cancelled once the executor is broken: Python 3.11's executor then fails every pending future in
+    its manager thread, and a future cancelled meanwhile made that thread die on ``InvalidStateError``
+    before it terminated the other children (fixed in 3.12). A surviving child, blocked on the call
+    queue's lock that the dead one held, then hung its parent at exit. The executor marks itself broken
+    before it fails the first future, so a caller that cancels the rest after the first failure is refused
+    here, and gets the crash as their result instead.
+    """
+
+    def __init__(self, inner: Future[T], executor: ProcessPoolExecutor) -> None:
         super().__init__()
         self._inner = inner
+        self._executor = executor
 
     def cancel(self) -> bool:
+        if getattr(self._executor, "_broken", False):
+            return False
         return self._inner.cancel() and super().cancel()
 
 
@@ -215,6 +229,7 @@ class WorkerPool(Executor):
         self._lock = threading.Lock()
         self._executor: ProcessPoolExecutor | None = None
         self._children: dict[int, multiprocessing.process.BaseProcess] = {}
+        self._deaths: dict[int, list[str]] = {}  # id of a broken executor -> how its children died
 
     def _current(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -222,6 +237,7 @@ class WorkerPool(Executor):
                 log.warning("%s pool: a worker died; starting a fresh pool", self.name)
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
+                self._deaths.clear()
                 self._children.clear()
             if self._executor is None:
                 self._executor = ProcessPoolExecutor(
@@ -237,14 +253,14 @@ class WorkerPool(Executor):
         inner = executor.submit(fn, *args, **kwargs)
         # The executor starts its children on demand, in submit: remember them for the post-mortem.
         self._children.update(getattr(executor, "_processes", None) or {})
-        outer = _Linked(inner)
+        outer = _Linked(inner, executor)
 
         def settle(done: Future[T]) -> None:
             if done.cancelled():
                 outer.cancel()
                 outer.set_running_or_notify_cancel()
             elif isinstance(error := done.exception(), BrokenProcessPool):
-                crashed = self._crash_error()
+                crashed = self._crash_error(executor)
                 crashed.__cause__ = error
                 outer.set_exception(crashed)
             elif error is not None:
@@ -255,13 +271,30 @@ class WorkerPool(Executor):
         inner.add_done_callback(settle)
         return outer
 
-    def _crash_error(self) -> WorkerCrashedError:
-        children = list(self._children.values())
-        for child in children:
-            child.join(timeout=5)  # the executor terminates the others; their exit codes settle
-        deaths = [d for child in children if (d := _death(child, self._log_dir)) is not None]
-        # Children the executor terminated after the first death exit with SIGTERM: name the cause first.
-        deaths.sort(key=lambda d: "SIGTERM" in d)
+    def pids(self) -> list[int]:
+        """Process ids of the pool's live children (started as work arrives)."""
+        with self._lock:
+            executor = self._executor
+        processes = dict(getattr(executor, "_processes", None) or {}) if executor is not None else {}
+        return sorted(pid for pid, process in processes.items() if process.is_alive())
+
+    def _crash_error(self, executor: ProcessPoolExecutor) -> WorkerCrashedError:
+        """The error for a future of ``executor``, broken by a child's death. Worked out once per broken
+        executor: its manager thread calls this for every pending future before it terminates the children
+        still alive, so waiting for those each time only added seconds per future."""
+        with self._lock:
+            deaths = self._deaths.get(id(executor))
+        if deaths is None:
+            children = list(self._children.values())
+            # a dead child's exit code can lag its closed sentinel, by which the executor saw it die
+            deadline = time.monotonic() + CRASH_SETTLE_S
+            while time.monotonic() < deadline and all(child.exitcode in (None, 0) for child in children):
+                time.sleep(0.01)
+            deaths = [d for child in children if (d := _death(child, self._log_dir)) is not None]
+            # Children the executor terminated after the first death exit with SIGTERM: name the cause first.
+            deaths.sort(key=lambda d: "SIGTERM" in d)
+            with self._lock:
+                self._deaths[id(executor)] = deaths
         return WorkerCrashedError(self.name, deaths)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:

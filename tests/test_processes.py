@@ -143,3 +143,42 @@ def test_a_pool_starts_in_a_celery_prefork_pool_process() -> None:
     result = out.get(timeout=120)
     task.join(timeout=60)
     assert result == ("ok", 6)
+
+
+def test_cancelling_what_is_left_after_a_crash_leaves_no_child_behind() -> None:
+    """A caller that stops at the first failure and cancels the rest (as a sample loader does) must not
+    keep the executor from terminating its other children: on Python 3.11 a future cancelled while the
+    broken executor failed them killed its manager thread first, and the child left, blocked on the call
+    queue's lock the dead one held, hung the parent at exit."""
+    import multiprocessing
+    import signal
+    import time
+
+    pool = WorkerPool(2, name="test")
+    children: list[int] = []
+    try:
+        futures = [pool.submit(time.sleep, 0.5) for _ in range(8)]
+        # the broken executor fails its futures one by one in its manager thread, running their callbacks
+        # there: a slow one holds it mid-way, so that the cancels below land while it is still failing them
+        futures[0].add_done_callback(lambda _: time.sleep(1.0))
+        children = pool.pids()
+        assert len(children) == 2
+        os.kill(children[0], signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(WorkerCrashedError, match=f"pid {children[0]} killed by SIGKILL"):
+            for future in futures:
+                future.result(timeout=60)
+        assert time.monotonic() - started < 4  # the crash is reported, not waited out
+        for future in futures:
+            future.cancel()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(
+            p.pid in children for p in multiprocessing.active_children()
+        ):
+            time.sleep(0.1)
+        assert not [p.pid for p in multiprocessing.active_children() if p.pid in children]
+    finally:
+        for process in multiprocessing.active_children():  # never leave a child to hang the session
+            if process.pid in children:
+                process.kill()
+        pool.shutdown()

@@ -24,12 +24,18 @@ no executor) runs after it on a second new vendor with a drop of its own, and is
 **Data stall** (``data_stall_pct``). A simulated training loop over the manifest's train split: each step
 takes a batch from the loader, then "computes" for ``step_ms`` (a sleep: the accelerator's time, during
 which the host's cores are free); the loader prefetches batches on ``loader_workers`` worker processes
-(``SampleLoader(processes=True)``: decoding and the Python around it run past the GIL), each with its own
-readers. Stall = the share of the loop's wall time spent waiting for a batch. The same loop with a
-synchronous loader (no prefetch) is measured beside it, and the step times at which the prefetching loader
-stops stalling are found by running a few (``data_stall_pct_50ms`` and ``_100ms`` the headline; the same
-sweep with worker threads beside it). ``samples_per_s_per_core``: the process loader with no step time at
-all, samples per second over the cores its workers can use.
+(``SampleLoader(processes=True)``: decoding and the Python around it run past the GIL, and the decoded
+frames come back in shared memory), each with its own readers. Stall = the share of the loop's wall time
+spent waiting for a batch, over ``steady_steps`` steps after ``warmup_steps`` in which the prefetch queue
+fills from empty: a training run takes thousands of steps, and what it waits at each of them is this
+steady state, not the few batches' head start a new loader needs once (part of its time to first batch).
+The same loops measured from their first step, the queue's filling included, as this benchmark measured
+them before (``sweep_steps`` steps after one warm-up batch), are reported beside (``*_from_start``). The
+same loop with a synchronous loader (no prefetch) is measured beside it, and the step times at which the
+prefetching loader stops stalling are found by running a few (``data_stall_pct_50ms`` and ``_100ms`` the
+headline; the same sweep with worker threads beside it). ``samples_per_s_per_core``: the process loader
+with no step time at all, samples per second over the cores its workers can use; ``cpu_ms_per_sample``:
+what each sample cost there in CPU, in the training process and in the workers.
 
 A sample is the reader's default: 2 s of resampled state and actions plus 2 decoded frames from each camera.
 """
@@ -73,6 +79,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "steps": 40,
         "step_ms_sweep": [25.0, 50.0, 100.0, 200.0, 400.0],
         "sweep_steps": 20,
+        # steady state: 10 steps for the prefetch queue to fill, then 40 measured (20 from the start too)
+        "warmup_steps": 10,
+        "steady_steps": 40,
     },
     "small": {
         "episodes": 2,
@@ -87,6 +96,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "steps": 10,
         "step_ms_sweep": [50.0, 200.0],
         "sweep_steps": 6,
+        "warmup_steps": 3,
+        "steady_steps": 6,
     },
     "large": {
         "episodes": 24,
@@ -101,6 +112,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "steps": 60,
         "step_ms_sweep": [50.0, 100.0, 200.0, 400.0, 800.0],
         "sweep_steps": 30,
+        "warmup_steps": 10,
+        "steady_steps": 60,
     },
 }
 #: Seconds of history a sample needs before its time (the reader's default window).
@@ -183,13 +196,30 @@ def _run(work: Path, options: dict[str, Any], size: str) -> dict[str, Any]:
         "data_stall_pct_100ms": _stall_at(stall["sweep"], 100.0),
         "data_stall_pct_50ms_threads": _stall_at(stall["sweep_threads"], 50.0),
         "data_stall_pct_100ms_threads": _stall_at(stall["sweep_threads"], 100.0),
+        # the same loops measured from the first step, the prefetch queue filling included (as before)
+        "data_stall_pct_from_start": stall["prefetch"]["stall_pct_from_start"],
+        "data_stall_pct_50ms_from_start": _stall_at(stall["sweep"], 50.0, "stall_pct_from_start"),
+        "data_stall_pct_100ms_from_start": _stall_at(stall["sweep"], 100.0, "stall_pct_from_start"),
+        "data_stall_pct_50ms_threads_from_start": _stall_at(
+            stall["sweep_threads"], 50.0, "stall_pct_from_start"
+        ),
+        "data_stall_pct_100ms_threads_from_start": _stall_at(
+            stall["sweep_threads"], 100.0, "stall_pct_from_start"
+        ),
         "samples_per_s_per_core": stall["throughput"]["samples_per_s_per_core"],
+        "samples_per_s_per_core_from_start": stall["throughput"]["samples_per_s_per_core_from_start"],
+        "samples_per_cpu_s": stall["throughput"]["samples_per_cpu_s"],
+        "cpu_ms_per_sample": stall["throughput"]["cpu_ms_per_sample"],
         "loader_processes": options["loader_processes"],
         "data_stall_pct_synchronous": stall["synchronous"]["stall_pct"],
+        "data_stall_pct_synchronous_from_start": stall["synchronous"]["stall_pct_from_start"],
         "step_ms": options["step_ms"],
         "batch_size": options["batch_size"],
         "loader_workers": options["loader_workers"],
         "prefetch_batches": options["prefetch_batches"],
+        "stall_warmup_steps": options["warmup_steps"],
+        "stall_steps": {"prefetch": options["steps"], "sweep": options["steady_steps"]},
+        "stall_steps_from_start": {"prefetch": options["steps"], "sweep": options["sweep_steps"]},
         "batch_ms_median": stall["synchronous"]["batch_ms_median"],
         "samples_per_s_one_worker": stall["synchronous"]["samples_per_s"],
         "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
@@ -374,8 +404,8 @@ def _task_seconds(run: Any) -> dict[str, float]:
 # -- data stall -------------------------------------------------------------------------------------------
 
 
-def _stall_at(sweep: list[dict[str, float]], step_ms: float) -> float | None:
-    return next((row["stall_pct"] for row in sweep if row["step_ms"] == step_ms), None)
+def _stall_at(sweep: list[dict[str, float]], step_ms: float, key: str = "stall_pct") -> float | None:
+    return next((row[key] for row in sweep if row["step_ms"] == step_ms), None)
 
 
 def _loop(
@@ -386,9 +416,21 @@ def _loop(
     prefetch: int,
     step_ms: float,
     steps: int,
+    warmup_steps: int,
+    from_start_steps: int,
     processes: bool = False,
 ) -> dict[str, Any]:
-    """A training loop of ``steps`` steps: wait for a batch, then compute for ``step_ms``."""
+    """A training loop: take a batch, then compute for ``step_ms``; ``warmup_steps + steps`` steps (at least
+    ``from_start_steps``) after a first batch that makes the workers' decoders.
+
+    ``stall_pct`` is the share of wall time spent waiting over the last ``steps`` steps, after
+    ``warmup_steps`` in which the prefetch queue fills from empty: what a training run sees at every step
+    once it runs. ``stall_pct_from_start`` is the same share over the first ``from_start_steps`` steps,
+    counting the queue's filling, as this benchmark measured before. ``cpu_ms_per_sample`` is the CPU time
+    of the training process and of the worker processes over the last ``steps`` steps, per sample taken.
+    """
+    import psutil
+
     from pipeline.reader import SampleLoader
 
     loader = SampleLoader(
@@ -400,74 +442,119 @@ def _loop(
         window_s=WINDOW_S,
         processes=processes,
     )
-    loader.open_readers()
-    batches = iter(loader)
-    next(batches)  # warm-up: decoders made (time to first batch is measured apart)
-    waits, batch_times = [], []
-    started = time.perf_counter()
+    total = max(warmup_steps + steps, from_start_steps)
+    asked, got, done = [], [], []
     try:
-        for _ in range(steps):
-            asked = time.perf_counter()
+        loader.open_readers()
+        batches = iter(loader)
+        next(batches)  # warm-up: decoders made (time to first batch is measured apart)
+        me = psutil.Process()
+        for step in range(total):
+            if step == total - steps:
+                cpu = (time.process_time(), _children_cpu_s(me))
+            asked.append(time.perf_counter())
             next(batches)
-            got = time.perf_counter()
-            waits.append(got - asked)
-            batch_times.append(got - asked)
+            got.append(time.perf_counter())
             time.sleep(step_ms / 1000)
-        wall = time.perf_counter() - started
+            done.append(time.perf_counter())
+        cpu_end = (time.process_time(), _children_cpu_s(me))
     finally:
         loader.close()
+    waits = [g - a for a, g in zip(asked, got, strict=True)]
+    first = total - steps
+    steady_wall = done[-1] - asked[first]
+    taken = batch_size * steps
     return {
-        "stall_pct": round(100 * sum(waits) / wall, 2),
+        "stall_pct": round(100 * sum(waits[first:]) / steady_wall, 2),
+        "stall_pct_from_start": round(
+            100 * sum(waits[:from_start_steps]) / (done[from_start_steps - 1] - asked[0]), 2
+        ),
         "wait_ms": [round(w * 1000, 2) for w in waits],
-        "batch_ms_median": round(1000 * statistics.median(batch_times), 2),
-        "samples_per_s": round(batch_size * steps / sum(waits), 1) if prefetch == 0 else None,
-        "wall_s": round(wall, 3),
+        "batch_ms_median": round(1000 * statistics.median(waits[first:]), 2),
+        "samples_per_s": round(taken / sum(waits[first:]), 1) if prefetch == 0 else None,
+        "samples_per_s_taken": round(taken / steady_wall, 1),
+        "samples_per_s_taken_from_start": round(
+            batch_size * from_start_steps / (done[from_start_steps - 1] - asked[0]), 1
+        ),
+        "cpu_ms_per_sample": {
+            "training_process": round(1000 * (cpu_end[0] - cpu[0]) / taken, 2),
+            "workers": round(1000 * (cpu_end[1] - cpu[1]) / taken, 2) if processes else 0.0,
+        },
+        "wall_s": round(done[-1] - asked[0], 3),
     }
 
 
+def _children_cpu_s(process: Any) -> float:
+    """CPU seconds (user + system) of ``process``'s live children: a loader's worker processes."""
+    import psutil
+
+    seconds = 0.0
+    for child in process.children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # ended meanwhile
+            continue
+        seconds += times.user + times.system
+    return seconds
+
+
 def _stall(manifest: Manifest, options: dict[str, Any]) -> dict[str, Any]:
-    common = {"batch_size": options["batch_size"]}
+    common = {
+        "batch_size": options["batch_size"],
+        "warmup_steps": options["warmup_steps"],
+    }
     processes = bool(options["loader_processes"])
-    synchronous = _loop(
-        manifest, **common, workers=1, prefetch=0, step_ms=options["step_ms"], steps=options["steps"]
-    )
+    long_run = {"steps": options["steps"], "from_start_steps": options["steps"]}
+    synchronous = _loop(manifest, **common, **long_run, workers=1, prefetch=0, step_ms=options["step_ms"])
     prefetch = _loop(
         manifest,
         **common,
+        **long_run,
         workers=options["loader_workers"],
         prefetch=options["prefetch_batches"],
         step_ms=options["step_ms"],
-        steps=options["steps"],
         processes=processes,
     )
+    sweep_run = {"steps": options["steady_steps"], "from_start_steps": options["sweep_steps"]}
     sweeps: dict[bool, list[dict[str, float]]] = {processes: [], False: []}
     for step_ms in options["step_ms_sweep"]:
         for kind in sweeps:  # processes and threads alternate, so that load falls on both alike
             row = _loop(
                 manifest,
                 **common,
+                **sweep_run,
                 workers=options["loader_workers"],
                 prefetch=options["prefetch_batches"],
                 step_ms=step_ms,
-                steps=options["sweep_steps"],
                 processes=kind,
             )
-            sweeps[kind].append({"step_ms": step_ms, "stall_pct": row["stall_pct"]})
+            sweeps[kind].append(
+                {
+                    "step_ms": step_ms,
+                    "stall_pct": row["stall_pct"],
+                    "stall_pct_from_start": row["stall_pct_from_start"],
+                }
+            )
     flat_out = _loop(
         manifest,
         **common,
+        **sweep_run,
         workers=options["loader_workers"],
         prefetch=options["prefetch_batches"],
         step_ms=0.0,
-        steps=options["sweep_steps"],
         processes=processes,
     )
     cores = min(options["loader_workers"], len(os.sched_getaffinity(0)))
-    samples_per_s = options["batch_size"] * options["sweep_steps"] / flat_out["wall_s"]
+    cpu = flat_out["cpu_ms_per_sample"]
     throughput = {
-        "samples_per_s": round(samples_per_s, 1),
+        "samples_per_s": flat_out["samples_per_s_taken"],
+        "samples_per_s_from_start": flat_out["samples_per_s_taken_from_start"],
         "cores": cores,
-        "samples_per_s_per_core": round(samples_per_s / cores, 1),
+        "samples_per_s_per_core": round(flat_out["samples_per_s_taken"] / cores, 1),
+        "samples_per_s_per_core_from_start": round(flat_out["samples_per_s_taken_from_start"] / cores, 1),
+        "cpu_ms_per_sample": cpu,
+        # what a sample costs in CPU wherever it is spent: the training process and the workers
+        "samples_per_cpu_s": round(1000 / (cpu["training_process"] + cpu["workers"]), 1),
     }
     return {
         "synchronous": synchronous,

@@ -33,7 +33,9 @@ logs how many were left out: training never meets them mid-run.
 from __future__ import annotations
 
 import logging
+import os
 import random
+import secrets
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -103,6 +105,19 @@ class SampleReadError(SampleLoaderError):
         self.row = row
         self.uri = uri
         super().__init__(f"row {row} ({uri}): {detail}")
+
+
+class LoaderWorkerDiedError(SampleLoaderError):
+    """A worker process died (a signal, the OOM killer, a crash in a decoder) while a batch was being read
+    or waited in its queue: the batch is lost. Its cause names the process and how it ended."""
+
+    def __init__(self, rows: Sequence[int], uris: Sequence[str], how: str) -> None:
+        self.rows = list(rows)
+        self.uris = list(uris)
+        super().__init__(
+            f"a sample loader worker process died while the batch of rows {self.rows} "
+            f"({', '.join(dict.fromkeys(self.uris))}) was being read or waited for it: {how}"
+        )
 
 
 class LoaderClosedError(SampleLoaderError):
@@ -193,6 +208,8 @@ class SampleLoader:
         if supported.size == 0:
             raise LoaderArgumentError("source", f"{table.num_rows} rows", "at least one MCAP episode row")
         self._table = table
+        # looked up once: by name on every row, they were most of a row's cost (11 -> 3 us)
+        self._columns = [(name, table.column(name)) for name in table.column_names]
         self._positions = supported
         self.verify = verify
         self._expected_sha256 = _recorded_digests(table)
@@ -222,22 +239,27 @@ class SampleLoader:
         self.readers_closed = 0  # readers closed on eviction so far
         self.thread_name_prefix = f"sluice-loader-{next(_loader_numbers)}"
         self.processes = processes
+        # the names of this loader's shared-memory segments (pipeline.reader.shared) start with this
+        self.segment_prefix = f"sluice-{os.getpid()}-{secrets.token_hex(3)}-"
+        self._unclaimed: set[Future[Any]] = set()  # process tasks whose frames nobody has taken yet
         self._pool: Executor
         if processes:
             # clean spawned children: a forked one would inherit the training process's threads and locks,
             # and none re-imports the training script (pipeline.processes)
             from pipeline.processes import WorkerPool
+            from pipeline.reader import worker
 
             self._pool = WorkerPool(
                 workers,
                 name="sample loader",
-                initializer=_process_init,
+                initializer=worker.init,
                 initargs=(
                     self._storage_options,
                     max_open_readers,
                     self.uris[:max_open_readers],
                     self._expected_sha256,
                     verify,
+                    self.segment_prefix,
                 ),
             )
         else:
@@ -267,8 +289,7 @@ class SampleLoader:
 
     def _row(self, index: int) -> EpisodeRow:
         position = int(self._positions[index])
-        values = {name: self._table.column(name)[position].as_py() for name in self._table.column_names}
-        return EpisodeRow(**values)
+        return EpisodeRow(**{name: column[position].as_py() for name, column in self._columns})
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -300,9 +321,11 @@ class SampleLoader:
     def _open_process_readers(self) -> None:
         """Wait until every worker process has started (its initializer opens the first files); a file that
         cannot be opened is raised here as a :class:`SampleReadError`."""
+        from pipeline.reader import worker
+
         seen: set[int] = set()
         for _ in range(20):  # the pool starts processes as work arrives: ask until each has answered
-            for future in [self._pool.submit(_process_warm, 0.05) for _ in range(self.workers)]:
+            for future in [self._pool.submit(worker.warm, 0.05) for _ in range(self.workers)]:
                 pid, failed = future.result()
                 if failed is not None:
                     uri, detail = failed
@@ -312,11 +335,22 @@ class SampleLoader:
                 return
 
     def close(self) -> None:
-        """Stop the worker threads (pending batches are dropped) and close every reader. Idempotent."""
+        """Stop the workers (pending batches are dropped, and the shared memory of any they had read is
+        freed) and close every reader. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.processes:
+            from pipeline.reader import shared
+
+            with self._lock:
+                unclaimed, self._unclaimed = list(self._unclaimed), set()
+            for future in unclaimed:
+                _drop(future)
+            left = shared.sweep(self.segment_prefix)  # a worker that died may have left a segment
+            if left:
+                log.warning("sample loader: removed %d shared-memory segment(s) nobody took", len(left))
         with self._lock:
             readers = [r for per_thread in self._readers.values() for r in per_thread.values()]
             self._readers.clear()
@@ -328,6 +362,16 @@ class SampleLoader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def worker_pids(self) -> list[int]:
+        """The process ids of the worker processes running now (``processes=True``; none on threads, and
+        none before the first batch or :meth:`open_readers` started them)."""
+        if not self.processes:
+            return []
+        from pipeline.processes import WorkerPool
+
+        assert isinstance(self._pool, WorkerPool)
+        return self._pool.pids()
 
     def readers_by_thread(self) -> dict[str, dict[str, EpisodeReader]]:
         """The open readers: thread name -> uri -> reader (least recently used first). For inspection
@@ -351,18 +395,14 @@ class SampleLoader:
 
     def __iter__(self) -> Iterator[SampleBatch]:
         self._check_open()
-        pending: deque[tuple[list[int], list[Future[Sample]]]] = deque()
+        pending: deque[tuple[list[int], list[Future[Any]]]] = deque()
         try:
             while True:
                 self._check_open()
                 if not pending:
                     pending.append(self._submit())
                 rows, futures = pending.popleft()
-                batch = SampleBatch(future.result() for future in futures)
-                if self.processes:
-                    with self._lock:
-                        for sample in batch:
-                            self._returned.add(sample.counters)
+                batch = SampleBatch(self._collect(rows, futures))
                 batch.rows = rows
                 # Refill after collecting: submitting wakes the workers, which then compete for the GIL
                 # with this thread; collecting first keeps a ready batch from waiting on them.
@@ -372,7 +412,48 @@ class SampleLoader:
         finally:
             for _, futures in pending:
                 for future in futures:
-                    future.cancel()
+                    self._forget(future)
+
+    def _collect(self, rows: list[int], futures: list[Future[Any]]) -> list[Sample]:
+        """The samples of one batch's futures, in order (one per sample on threads; one per part of the
+        batch in processes, whose frames are taken from shared memory here)."""
+        if not self.processes:
+            return [future.result() for future in futures]
+        from pipeline.processes import WorkerCrashedError
+        from pipeline.reader import shared
+
+        samples: list[Sample] = []
+        for number, future in enumerate(futures):
+            try:
+                part = future.result()
+            except BaseException as exc:
+                for later in futures[number:]:
+                    self._forget(later)
+                if isinstance(exc, WorkerCrashedError):
+                    uris = [self._row(index).uri for index in rows]
+                    raise LoaderWorkerDiedError(rows, uris, str(exc)) from exc
+                raise
+            with self._lock:
+                self._unclaimed.discard(future)
+                self.readers_closed += part.readers_closed
+                for sample in part.samples:
+                    self._returned.add(sample.counters)
+            if part.frames is not None:
+                shared.import_frames(part.samples, part.frames)
+            samples += part.samples
+        return samples
+
+    def _forget(self, future: Future[Any]) -> None:
+        """Drop a task nobody will take: cancelled if it has not started, else (a process task) its frames
+        freed when it is done. Once per task: close() may have dropped it already."""
+        if not self.processes:
+            future.cancel()
+            return
+        with self._lock:
+            if future not in self._unclaimed:
+                return
+            self._unclaimed.discard(future)
+        _drop(future)
 
     def draws(self, batches: int) -> list[list[tuple[int, float]]]:
         """The (row, position in [0, 1)) draws of the first ``batches`` batches for this loader's seed,
@@ -380,26 +461,32 @@ class SampleLoader:
         rng = random.Random(self.seed)
         return [self._picks(rng) for _ in range(batches)]
 
-    def _submit(self) -> tuple[list[int], list[Future[Sample]]]:
+    def _submit(self) -> tuple[list[int], list[Future[Any]]]:
         if self._closed:
             raise LoaderClosedError("the sample loader was closed while iterating")
         picks = self._picks(self._rng)
-        if self.processes:
-            futures = []
-            for index, where in picks:
-                row = self._row(index)
-                futures.append(
-                    self._pool.submit(_process_sample, index, row, where, self._room_ns, self.sample_options)
-                )
-            return [row for row, _ in picks], futures
-        return [row for row, _ in picks], [self._pool.submit(self._sample, *pick) for pick in picks]
+        rows = [row for row, _ in picks]
+        if not self.processes:
+            return rows, [self._pool.submit(self._sample, *pick) for pick in picks]
+        from pipeline.reader import worker
+
+        # One task per worker, each a consecutive part of the batch: the batch is read on every core at
+        # once, and the pool's per-task cost (a pickled call and result, two thread hand-offs on either
+        # side) is paid per part rather than per sample.
+        futures: list[Future[Any]] = []
+        for part in _parts(picks, self.workers):
+            task = [(index, self._row(index), where) for index, where in part]
+            futures.append(self._pool.submit(worker.read_part, task, self._room_ns, self.sample_options))
+        with self._lock:
+            self._unclaimed.update(futures)
+        return rows, futures
 
     def _picks(self, rng: random.Random) -> list[tuple[int, float]]:
         return [(rng.randrange(len(self)), rng.random()) for _ in range(self.batch_size)]
 
     def _sample(self, index: int, where: float) -> Sample:
-        """One sample of row ``index`` on this worker thread (see :func:`_sample_row`)."""
-        return _sample_row(self._reader, index, self._row(index), where, self._room_ns, self.sample_options)
+        """One sample of row ``index`` on this worker thread (see :func:`sample_row`)."""
+        return sample_row(self._reader, index, self._row(index), where, self._room_ns, self.sample_options)
 
     def _reader(self, uri: str) -> EpisodeReader:
         """This thread's reader of ``uri``, opened if needed; the thread's least recently used reader is
@@ -435,7 +522,7 @@ class SampleLoader:
             raise LoaderClosedError("the sample loader is closed; make a new one")
 
 
-def _sample_row(
+def sample_row(
     reader_of: Any, index: int, row: EpisodeRow, where: float, room_ns: int, options: Mapping[str, Any]
 ) -> Sample:
     """The sample of row ``index`` at ``where`` along its window's room, read with ``reader_of(uri)``;
@@ -462,63 +549,30 @@ def _sample_row(
         raise SampleReadError(index, row.uri, f"sample at {t_ns} ns: {exc!r}") from exc
 
 
-# -- worker processes -------------------------------------------------------------------------------------
-
-#: One worker process's readers (uri -> reader, least recently used first) and options.
-_PROCESS_READERS: OrderedDict[str, EpisodeReader] = OrderedDict()
-_PROCESS_STATE: dict[str, Any] = {}
-
-
-def _process_init(
-    storage_options: dict[str, Any],
-    max_open_readers: int,
-    warm_uris: list[str],
-    expected_sha256: Mapping[str, str],
-    verify: bool,
-) -> None:
-    _PROCESS_STATE.update(
-        storage_options=storage_options,
-        max_open_readers=max_open_readers,
-        expected_sha256=expected_sha256,
-        verify=verify,
-        failed=None,
-    )
-    for uri in warm_uris:
-        try:
-            _process_reader(uri)
-        except Exception as exc:  # reported by open_readers(), and again by the sample that needs it
-            _PROCESS_STATE["failed"] = (uri, repr(exc))
-            break
+def _parts(picks: list[tuple[int, float]], workers: int) -> list[list[tuple[int, float]]]:
+    """``picks`` cut into ``workers`` consecutive parts as even as can be (no empty part)."""
+    parts = min(workers, len(picks))
+    size, extra = divmod(len(picks), parts)
+    out, start = [], 0
+    for number in range(parts):
+        end = start + size + (number < extra)
+        out.append(picks[start:end])
+        start = end
+    return out
 
 
-def _process_reader(uri: str) -> EpisodeReader:
-    reader = _PROCESS_READERS.get(uri)
-    if reader is not None:
-        _PROCESS_READERS.move_to_end(uri)
-        return reader
-    while len(_PROCESS_READERS) >= _PROCESS_STATE["max_open_readers"]:
-        _PROCESS_READERS.popitem(last=False)[1].close()
-    reader = _PROCESS_READERS[uri] = EpisodeReader(
-        uri,
-        storage_options=_PROCESS_STATE["storage_options"],
-        expected_sha256=_PROCESS_STATE["expected_sha256"].get(uri),
-        verify=_PROCESS_STATE["verify"],
-    )
-    return reader
+def _drop(future: Future[Any]) -> None:
+    """Cancel a process task, or free the shared memory of its frames once it is done."""
+    if not future.cancel():
+        future.add_done_callback(_release_frames)
 
 
-def _process_warm(delay_s: float) -> tuple[int, tuple[str, str] | None]:
-    import os
-    import time
+def _release_frames(future: Future[Any]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        return
+    from pipeline.reader import shared
 
-    time.sleep(delay_s)  # hold this process so that the next warm-up task reaches another
-    return os.getpid(), _PROCESS_STATE.get("failed")
-
-
-def _process_sample(
-    index: int, row: EpisodeRow, where: float, room_ns: int, options: Mapping[str, Any]
-) -> Sample:
-    return _sample_row(_process_reader, index, row, where, room_ns, options)
+    shared.release(future.result().frames)
 
 
 # -- rows -------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""One synthetic episode, transcoded under each profile once per session."""
+"""One synthetic episode, transcoded under each profile once per session; the loader tests' episode."""
 
 from __future__ import annotations
 
@@ -20,3 +20,22 @@ def episode(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[P
         return cache[profile]
 
     return get
+
+
+#: The loader tests' profile: short GOPs, so that a sample decodes few frames and the tests stay fast.
+LOADER_PROFILE = "random_access"
+
+
+@pytest.fixture
+def path(episode: Callable[[str], tuple[Path, Path]]) -> Path:
+    """The loader tests' transcoded episode."""
+    return episode(LOADER_PROFILE)[1]
+
+
+@pytest.fixture
+def span(path: Path) -> tuple[int, int]:
+    """The episode's first and last frame stamps."""
+    from pipeline.reader import open_episode
+
+    with open_episode(path) as reader:
+        return reader.start_ns, reader.end_ns

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.config import TrainingProfile
+from pipeline.reader import EpisodeRow, SampleBatch
 from pipeline.synth.calibration import make_calibration
 from pipeline.synth.robot import EpisodeMedia, EpisodeSpec, write_episode
 from pipeline.transcode import Provenance, RobotTranscodeConfig, transcode_episode
@@ -38,6 +41,37 @@ def make_episode(folder: Path, profile: str) -> tuple[Path, Path]:
 def source_stamps(source: Path, profile: str) -> dict[str, list[int]]:
     config = robot_config(profile)
     return {c.name: list(c.stamps_ns) for c in read_source(source, config.contract, config.truth).cameras}
+
+
+# -- loader rows and what the loader yields --------------------------------------------------------------
+
+NS = 1_000_000_000
+
+
+def loader_rows(path: Path, span: tuple[int, int]) -> list[EpisodeRow]:
+    """The whole episode, and a 1.5 s window in its middle, as two rows of the same file."""
+    start = span[0]
+    return [
+        EpisodeRow(str(path), "whole"),
+        EpisodeRow(str(path), "middle", start + NS, start + 2 * NS + NS // 2),
+    ]
+
+
+def batch_key(batch: SampleBatch) -> list[tuple[int, int]]:
+    """(row, sample time) of each sample of a batch."""
+    return [(row, sample.t_ns) for row, sample in zip(batch.rows, batch, strict=True)]
+
+
+def assert_same_samples(left_batches: list[SampleBatch], right_batches: list[SampleBatch]) -> None:
+    """The same samples: times, state/action messages, frame stamps and pixels."""
+    for left, right in zip(left_batches, right_batches, strict=True):
+        assert batch_key(left) == batch_key(right)
+        for a, b in zip(left, right, strict=True):
+            assert a.proprio == b.proprio
+            assert list(a.frames) == list(b.frames)
+            for camera in a.frames:
+                for fa, fb in zip(a.frames[camera], b.frames[camera], strict=True):
+                    assert fa.stamp_ns == fb.stamp_ns and np.array_equal(fa.image, fb.image)
 
 
 # -- damaged and reduced copies of a transcoded episode -------------------------------------------------

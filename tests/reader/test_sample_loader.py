@@ -7,16 +7,21 @@ import hashlib
 import logging
 import shutil
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import av
-import numpy as np
 import psutil
 import pyarrow as pa
 import pytest
 import zstandard
-from reader_helpers import damage_frames, damage_state_chunk, without_cameras
+from reader_helpers import (
+    assert_same_samples,
+    batch_key,
+    damage_frames,
+    damage_state_chunk,
+    loader_rows,
+    without_cameras,
+)
 
 from pipeline.errors import SluiceError
 from pipeline.manifest import format as mf
@@ -27,49 +32,13 @@ from pipeline.reader import (
     EpisodeRow,
     LoaderArgumentError,
     LoaderClosedError,
-    ReadCounters,
     SampleLoader,
     SampleReadError,
     UnsupportedRowsError,
-    open_episode,
 )
 from pipeline.reader.verify import EpisodeIntegrityError
 
 NS = 1_000_000_000
-PROFILE = "random_access"  # short GOPs: a sample decodes few frames, the tests stay fast
-Episode = Callable[[str], tuple[Path, Path]]
-
-
-@pytest.fixture
-def path(episode: Episode) -> Path:
-    return episode(PROFILE)[1]
-
-
-@pytest.fixture
-def span(path: Path) -> tuple[int, int]:
-    with open_episode(path) as reader:
-        return reader.start_ns, reader.end_ns
-
-
-def _rows(path: Path, span: tuple[int, int]) -> list[EpisodeRow]:
-    """The whole episode, and a 1.5 s window in its middle, as two rows of the same file."""
-    start = span[0]
-    return [
-        EpisodeRow(str(path), "whole"),
-        EpisodeRow(str(path), "middle", start + NS, start + 2 * NS + NS // 2),
-    ]
-
-
-def _key(batch: list) -> list[tuple[int, int]]:
-    return [(row, sample.t_ns) for row, sample in zip(batch.rows, batch, strict=True)]
-
-
-def _assert_same_frames(left_batches: list, right_batches: list) -> None:
-    for left, right in zip(left_batches, right_batches, strict=True):
-        for a, b in zip(left, right, strict=True):
-            for camera in a.frames:
-                for fa, fb in zip(a.frames[camera], b.frames[camera], strict=True):
-                    assert fa.stamp_ns == fb.stamp_ns and np.array_equal(fa.image, fb.image)
 
 
 def _manifest_table(rows: list[tuple[str, str, int, int]]) -> pa.Table:
@@ -90,8 +59,10 @@ def _manifest_table(rows: list[tuple[str, str, int, int]]) -> pa.Table:
 
 def test_the_same_seed_draws_the_same_samples(path: Path, span: tuple[int, int]) -> None:
     def first(seed: int, batches: int = 3) -> list[list[tuple[int, int]]]:
-        with SampleLoader(_rows(path, span), 4, workers=1, prefetch=0, seed=seed, decode=False) as loader:
-            got = [_key(batch) for _, batch in zip(range(batches), loader, strict=False)]
+        with SampleLoader(
+            loader_rows(path, span), 4, workers=1, prefetch=0, seed=seed, decode=False
+        ) as loader:
+            got = [batch_key(batch) for _, batch in zip(range(batches), loader, strict=False)]
             # the rows drawn are those the seed gives, known without reading anything
             assert [[row for row, _ in batch] for batch in got] == [
                 [row for row, _ in draws] for draws in loader.draws(batches)
@@ -105,7 +76,7 @@ def test_the_same_seed_draws_the_same_samples(path: Path, span: tuple[int, int])
 
 
 def test_batches_and_samples_are_the_size_asked(path: Path, span: tuple[int, int]) -> None:
-    rows = _rows(path, span)
+    rows = loader_rows(path, span)
     window_s, frames, stride_s = 0.5, 3, 0.3  # the frames reach further back (0.6 s) than the window
     with SampleLoader(
         rows,
@@ -139,12 +110,12 @@ def test_prefetching_on_threads_yields_what_the_synchronous_loader_does(
     path: Path, span: tuple[int, int]
 ) -> None:
     def read(workers: int, prefetch: int) -> list:
-        with SampleLoader(_rows(path, span), 3, workers=workers, prefetch=prefetch, seed=5) as loader:
+        with SampleLoader(loader_rows(path, span), 3, workers=workers, prefetch=prefetch, seed=5) as loader:
             return [batch for _, batch in zip(range(4), loader, strict=False)]
 
     synchronous, prefetched = read(1, 0), read(3, 3)
-    assert [_key(b) for b in synchronous] == [_key(b) for b in prefetched]
-    _assert_same_frames(synchronous, prefetched)
+    assert [batch_key(b) for b in synchronous] == [batch_key(b) for b in prefetched]
+    assert_same_samples(synchronous, prefetched)
 
 
 def test_each_worker_thread_has_its_own_readers(path: Path, tmp_path: Path) -> None:
@@ -371,30 +342,3 @@ def test_an_episode_without_cameras_is_sampled(path: Path, tmp_path: Path) -> No
     for sample in batch:
         assert sample.frames == {}
         assert sample.proprio and all(sample.proprio.values())
-
-
-def test_worker_processes_yield_what_the_synchronous_loader_does(path: Path, span: tuple[int, int]) -> None:
-    def read(processes: bool, workers: int, prefetch: int) -> tuple[list, ReadCounters]:
-        with SampleLoader(
-            _rows(path, span), 3, workers=workers, prefetch=prefetch, seed=5, processes=processes
-        ) as loader:
-            loader.open_readers()
-            batches = [batch for _, batch in zip(range(4), loader, strict=False)]
-            return batches, loader.totals()
-
-    (synchronous, _), (pooled, totals) = read(False, 1, 0), read(True, 2, 2)
-    assert [_key(b) for b in synchronous] == [_key(b) for b in pooled]
-    _assert_same_frames(synchronous, pooled)
-    # what the processes read reaches the training process's totals
-    assert totals.samples >= 12 and totals.frames_returned >= 12 * 2 * len(synchronous[0][0].frames)
-
-
-def test_a_worker_process_names_an_unreadable_row(tmp_path: Path) -> None:
-    missing = tmp_path / "gone" / "episode.mcap"
-    with SampleLoader([missing], 1, workers=1, prefetch=0, processes=True) as loader:
-        with pytest.raises(SampleReadError) as caught:
-            loader.open_readers()
-        assert str(missing) in str(caught.value)
-        with pytest.raises(SampleReadError) as caught:
-            next(iter(loader))
-        assert caught.value.row == 0 and str(missing) in str(caught.value)
