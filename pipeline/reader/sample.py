@@ -10,6 +10,7 @@ needed access units in decode order: a random-access episode decodes two anchors
 
 from __future__ import annotations
 
+import bisect
 import json
 import json.scanner
 import struct
@@ -74,12 +75,6 @@ class Sample:
     def array(self, topic: str, name: str) -> np.ndarray:
         """One field of a topic's window as an array (rows = messages)."""
         return np.asarray([r[name] for r in self.proprio[topic]], dtype=np.float64)
-
-
-@dataclass(frozen=True)
-class _Range:
-    start: int
-    end: int
 
 
 class EpisodeReader:
@@ -261,67 +256,67 @@ class EpisodeReader:
 
     # -- reading --------------------------------------------------------------------------------------
 
-    def _plan(self, locations: Sequence[MessageLoc]) -> tuple[list[_Range], dict[int, _Range]]:
-        """Byte ranges per chunk (whole compressed chunks; only the needed records of uncompressed ones),
-        then those ranges merged into reads."""
-        # [start, end] per chunk, widened in place: a 2 s window is ~200 locations in one or two chunks
-        spans: dict[int, list[int]] = {}
+    def _plan(self, locations: Sequence[MessageLoc]) -> list[list[int]]:
+        """The reads ``locations`` need, as [start, end) file offsets: a compressed chunk whole, each needed
+        record of an uncompressed chunk on its own, then ranges no more than ``coalesce_gap_bytes`` apart
+        merged into one read (the gap read with them). Per record, not per chunk: a sparse request's frames
+        lie between B-frames it does not need, which a chunk-wide span would read."""
         chunks = self.index.chunks
+        ranges: list[tuple[int, int]] = []
+        whole: set[int] = set()
         for loc in locations:
-            span = spans.get(loc.chunk)
             chunk = chunks[loc.chunk]
             if chunk.compression:
-                if span is None:
-                    spans[loc.chunk] = [chunk.start, chunk.start + chunk.length]
+                if loc.chunk not in whole:
+                    whole.add(loc.chunk)
+                    ranges.append((chunk.start, chunk.start + chunk.length))
                 continue
             start = chunk.start + chunk.length - chunk.compressed_size + loc.offset  # records_offset + offset
-            end = start + loc.length
-            if span is None:
-                spans[loc.chunk] = [start, end]
+            ranges.append((start, start + loc.length))
+        ranges.sort()
+        gap = self.coalesce_gap_bytes
+        reads: list[list[int]] = []
+        for start, end in ranges:
+            if reads and start - reads[-1][1] <= gap:
+                if end > reads[-1][1]:
+                    reads[-1][1] = end
             else:
-                span[0] = min(span[0], start)
-                span[1] = max(span[1], end)
-        per_chunk = {number: _Range(start, end) for number, (start, end) in spans.items()}
-        reads: list[_Range] = []
-        for rng in sorted(per_chunk.values(), key=lambda r: r.start):
-            if reads and rng.start - reads[-1].end <= self.coalesce_gap_bytes:
-                reads[-1] = _Range(reads[-1].start, max(reads[-1].end, rng.end))
-            else:
-                reads.append(rng)
-        return reads, per_chunk
+                reads.append([start, end])
+        return reads
 
     def _fetch(self, locations: Sequence[MessageLoc], counters: ReadCounters) -> dict[tuple[int, int], bytes]:
         """Read what ``locations`` need; return each message's payload by (chunk, offset)."""
-        reads, per_chunk = self._plan(locations)
-        fetched: list[tuple[_Range, bytes]] = []
-        for rng in reads:
-            self._fh.seek(rng.start)
-            data = self._fh.read(rng.end - rng.start)
+        starts: list[int] = []
+        blobs: list[memoryview] = []
+        for start, end in self._plan(locations):
+            self._fh.seek(start)
+            data = self._fh.read(end - start)
             counters.reads += 1
             counters.bytes_read += len(data)
-            fetched.append((rng, data))
+            starts.append(start)
+            blobs.append(memoryview(data))
 
-        def slice_of(rng: _Range) -> bytes:
-            for outer, data in fetched:
-                if outer.start <= rng.start and rng.end <= outer.end:
-                    return data[rng.start - outer.start : rng.end - outer.start]
-            raise AssertionError("planned range not fetched")
+        def located(offset: int) -> tuple[memoryview, int]:
+            """The fetched read holding file offset ``offset``, and the offset's place in it."""
+            number = bisect.bisect_right(starts, offset) - 1
+            return blobs[number], offset - starts[number]
 
-        views: dict[int, tuple[int, bytes]] = {}  # chunk -> (uncompressed offset of view start, bytes)
-        for number, rng in per_chunk.items():
-            chunk = self.index.chunks[number]
-            raw = slice_of(rng)
-            if chunk.compression:
-                records = self._decompress(chunk, raw[chunk.length - chunk.compressed_size :])
-                counters.bytes_decompressed += len(records)
-                views[number] = (0, records)
-            else:
-                counters.bytes_decompressed += len(raw)
-                views[number] = (rng.start - chunk.records_offset, raw)
+        chunks = self.index.chunks
+        unpacked: dict[int, bytes] = {}  # compressed chunk -> its records
         out: dict[tuple[int, int], bytes] = {}
         for loc in locations:
-            base, data = views[loc.chunk]
-            pos = loc.offset - base
+            chunk = chunks[loc.chunk]
+            if chunk.compression:
+                data = unpacked.get(loc.chunk)
+                if data is None:
+                    blob, pos = located(chunk.start)
+                    compressed = blob[pos + chunk.length - chunk.compressed_size : pos + chunk.length]
+                    data = unpacked[loc.chunk] = self._decompress(chunk, compressed)
+                    counters.bytes_decompressed += len(data)
+                pos = loc.offset
+            else:
+                data, pos = located(chunk.start + chunk.length - chunk.compressed_size + loc.offset)
+                counters.bytes_decompressed += loc.length
             _, length, _, _, _, _ = _MESSAGE_HEAD.unpack_from(data, pos)
             counters.bytes_used += 9 + length
             out[(loc.chunk, loc.offset)] = bytes(data[pos + _MESSAGE_HEAD.size : pos + 9 + length])

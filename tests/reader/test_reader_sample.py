@@ -115,3 +115,23 @@ def test_our_layout_reads_fewer_bytes_than_the_default_layout(episode: Episode, 
 def test_the_reader_imports_without_airflow_or_ray() -> None:
     code = "import sys, pipeline.reader; bad = {'airflow', 'ray'} & set(sys.modules); assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_sparse_request_reads_only_the_records_it_needs(episode: Episode) -> None:
+    """Frames far apart in an uncompressed video chunk: with no gap worth reading, the reads are the
+    records the frames depend on and nothing between them (not the chunk's span from first to last); with
+    the default gap, nearby records are fetched in fewer reads, never fewer bytes."""
+    _, path = episode("random_access")
+    totals = {}
+    for gap in (0, 256 * 1024):
+        with open_episode(path, coalesce_gap_bytes=gap) as reader:
+            table = reader.index.cameras["front"]
+            chunks = {table.locations[p].chunk for p in table.display}
+            assert not any(reader.index.chunks[c].compression for c in chunks)  # the case under test
+            last = len(table.display) - 1
+            _, counters = reader.frames({"front": [3, last // 2, last - 3]}, decode=False)
+            totals[gap] = counters
+    exact, coalesced = totals[0], totals[256 * 1024]
+    assert exact.bytes_read == exact.bytes_used
+    assert exact.reads > coalesced.reads >= 1
+    assert coalesced.bytes_read > exact.bytes_read
