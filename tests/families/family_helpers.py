@@ -143,6 +143,14 @@ def contract(name: str, **kwargs: Any) -> TopicContract:
     return TopicContract.model_validate(flavor_contract(name, **kwargs))
 
 
+def with_absent_camera(name: str, *, required: bool) -> TopicContract:
+    """The flavor's contract and one more camera, ``rear``, that its episodes never publish."""
+    topics = contract(name).model_dump(mode="json")
+    rear = {**topics["cameras"][0], "name": "rear", "topic": "/cam/rear/image_raw/compressed"}
+    topics["cameras"].append({**rear, "required": required})
+    return TopicContract.model_validate(topics)
+
+
 # -- several families in one vendor (the scheduled runs) -------------------------------------------------------
 
 #: A camera entry's topic suffix -> the flavors that write it (JPEG and PNG share image_transport's topic).

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from family_helpers import CAMERAS, contract, write_flavored
+from family_helpers import CAMERAS, contract, with_absent_camera, write_flavored
 from mcap.reader import make_reader
 from mcap.records import Channel, Message
 from mcap.writer import IndexType, Writer
@@ -192,21 +192,15 @@ def test_a_camera_message_that_does_not_decode_stops_the_encoders_and_the_pool_g
 
 def test_missing_cameras_in_encoder_processes(tmp_path: Path, pool: ProcessPoolExecutor) -> None:
     source = write_flavored(tmp_path / "s.mcap", "ros2-jpeg")
-    topics = contract("ros2-jpeg").model_dump(mode="json")
-    extra = {
-        **topics["cameras"][0],
-        "name": "rear",
-        "topic": "/cam/rear/image_raw/compressed",
-        "required": False,
-    }
-    topics["cameras"].append(extra)
     options = TranscodeOptions.model_validate({"profile": "vla"})
-    config = RobotTranscodeConfig(options, TopicContract.model_validate(topics), StampSource.HARDWARE)
+    optional = with_absent_camera("ros2-jpeg", required=False)
+    config = RobotTranscodeConfig(options, optional, StampSource.HARDWARE)
     alone, pooled = _both(source, config, tmp_path, pool)
     assert [c.name for c in pooled.cameras] == list(CAMERAS)
     assert pooled.sha256 == alone.sha256
-    extra["required"] = True
-    required = RobotTranscodeConfig(options, TopicContract.model_validate(topics), StampSource.HARDWARE)
+    required = RobotTranscodeConfig(
+        options, with_absent_camera("ros2-jpeg", required=True), StampSource.HARDWARE
+    )
     with pytest.raises(TranscodeInputError, match="no messages on /cam/rear") as caught:
         transcode_episode(source, tmp_path / "out2.mcap", required, PROVENANCE, executor=pool)
     assert caught.value.code is ReasonCode.MISSING_REQUIRED_TOPIC

@@ -11,7 +11,14 @@ import json
 from pathlib import Path
 
 import pytest
-from family_helpers import CAMERAS, contract, output_frames, source_stamps, write_flavored
+from family_helpers import (
+    CAMERAS,
+    contract,
+    output_frames,
+    source_stamps,
+    with_absent_camera,
+    write_flavored,
+)
 from mcap.reader import make_reader
 
 from pipeline.config import QualityPost, StampSource, TranscodeOptions
@@ -182,29 +189,15 @@ def test_a_corrupt_picture_is_a_decode_error_naming_its_frame(tmp_path: Path, na
 
 def test_an_optional_camera_absent_from_the_episode_is_left_out(tmp_path: Path) -> None:
     source = write_flavored(tmp_path / "s.mcap", "ros2-jpeg")
-    topics = contract("ros2-jpeg").model_dump(mode="json")
-    extra = {
-        **topics["cameras"][0],
-        "name": "rear",
-        "topic": "/cam/rear/image_raw/compressed",
-        "required": False,
-    }
-    topics["cameras"].append(extra)
-    from pipeline.config import TopicContract
-
-    config = RobotTranscodeConfig(
-        TranscodeOptions.model_validate({"profile": "vla"}),
-        TopicContract.model_validate(topics),
-        StampSource.HARDWARE,
+    options = TranscodeOptions.model_validate({"profile": "vla"})
+    optional = RobotTranscodeConfig(
+        options, with_absent_camera("ros2-jpeg", required=False), StampSource.HARDWARE
     )
-    result = transcode_episode(source, tmp_path / "out.mcap", config, PROVENANCE)
+    result = transcode_episode(source, tmp_path / "out.mcap", optional, PROVENANCE)
     assert [c.name for c in result.cameras] == list(CAMERAS)
-    extra["required"] = True
+    required = RobotTranscodeConfig(
+        options, with_absent_camera("ros2-jpeg", required=True), StampSource.HARDWARE
+    )
     with pytest.raises(TranscodeInputError, match="no messages on /cam/rear") as caught:
-        transcode_episode(
-            source,
-            tmp_path / "out2.mcap",
-            RobotTranscodeConfig(config.options, TopicContract.model_validate(topics), StampSource.HARDWARE),
-            PROVENANCE,
-        )
+        transcode_episode(source, tmp_path / "out2.mcap", required, PROVENANCE)
     assert caught.value.code is ReasonCode.MISSING_REQUIRED_TOPIC
