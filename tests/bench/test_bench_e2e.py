@@ -56,11 +56,12 @@ def test_e2e_bench_reports_first_batch_and_stall(reachable_home: Path, tmp_path:
     options = e2e.SIZES["small"]
     assert result["episodes"] == options["episodes"] == result["manifest_rows"]
     assert result["first_batch_samples"] == options["batch_size"]
-    for key in ("data_stall_pct", "data_stall_pct_synchronous"):
+    for key in ("data_stall_pct", "data_stall_pct_synchronous", "data_stall_pct_steady"):
         assert 0 <= result[key] < 100
     # A synchronous loader waits for every batch; prefetching overlaps reading with the step.
     assert result["data_stall_pct"] < result["data_stall_pct_synchronous"]
-    assert len(result["wait_ms_per_step"]) == options["steps"]
+    # every step of the prefetching loop: the measured ones and the warm-up before the steady state
+    assert len(result["wait_ms_per_step"]) == options["warmup_steps"] + options["steps"]
     assert [row["step_ms"] for row in result["stall_by_step_ms"]] == options["step_ms_sweep"]
     # `sluice report RUN --bench e2e.json` shows both headline figures and plots the two series.
     saved = tmp_path / "e2e.json"
