@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import SluiceError
-from pipeline.media.framecode import FrameCode, draw_frame_code, frame_code_region
-from pipeline.synth.scene import CHROMA_NEUTRAL, LUMA_BLACK, LUMA_WHITE, check_frame_size, yuv420p_buffer
+from pipeline.media.framecode import FrameCode, frame_code_region
+from pipeline.synth.scene import check_frame_size, stamp_frame_code, yuv420p_buffer
 
 #: Frames kept per camera, at most: a clip longer than this is cut (a minute at 30 fps; 640x480 yuv420p
 #: is 460 KB a frame, so about 830 MB per camera at the limit).
@@ -54,7 +54,7 @@ class FootageScene:
         self.path = str(path)
         self.width, self.height = width, height
         self._frames = _footage_frames(self.path, width, height, camera_index, cameras)
-        self._code_w, self._code_h = frame_code_region(width, height)
+        frame_code_region(width, height)  # a size too small for a frame code fails here, not at a render
 
     @property
     def frames(self) -> int:
@@ -85,15 +85,7 @@ class FootageScene:
             out = yuv420p_buffer(self.width, self.height)[0]
         out[:] = self._frames[self.source_index(grain_index)]
         if code is not None:
-            h, w = self.height, self.width
-            flat = out.reshape(-1)
-            y = flat[: w * h].reshape(h, w)
-            u = flat[w * h : w * h * 5 // 4].reshape(h // 2, w // 2)
-            v = flat[w * h * 5 // 4 :].reshape(h // 2, w // 2)
-            draw_frame_code(y, code.frame_index, code.camera_id, black=LUMA_BLACK, white=LUMA_WHITE)
-            cw, ch = (self._code_w + 1) // 2, (self._code_h + 1) // 2
-            u[:ch, :cw] = CHROMA_NEUTRAL
-            v[:ch, :cw] = CHROMA_NEUTRAL
+            stamp_frame_code(out, self.width, self.height, code)
         return out
 
 

@@ -43,12 +43,28 @@ def check_frame_size(width: int, height: int) -> None:
 def yuv420p_buffer(width: int, height: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One ``(H*3/2, W)`` uint8 array in PyAV's yuv420p layout, and views of its Y, U and V planes."""
     buf = np.empty((height * 3 // 2, width), dtype=np.uint8)
+    return (buf, *yuv420p_planes(buf, width, height))
+
+
+def yuv420p_planes(buf: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Views of the Y, U and V planes of a ``(H*3/2, W)`` yuv420p array."""
     flat = buf.reshape(-1)
     luma_size = width * height
     y = flat[:luma_size].reshape(height, width)
     u = flat[luma_size : luma_size * 5 // 4].reshape(height // 2, width // 2)
     v = flat[luma_size * 5 // 4 :].reshape(height // 2, width // 2)
-    return buf, y, u, v
+    return y, u, v
+
+
+def stamp_frame_code(buf: np.ndarray, width: int, height: int, code: FrameCode) -> None:
+    """Draw ``code`` into a yuv420p frame's corner, with neutral chroma under it (black and white cells
+    carry no colour to bleed)."""
+    y, u, v = yuv420p_planes(buf, width, height)
+    draw_frame_code(y, code.frame_index, code.camera_id, black=LUMA_BLACK, white=LUMA_WHITE)
+    code_w, code_h = frame_code_region(width, height)
+    cw, ch = (code_w + 1) // 2, (code_h + 1) // 2
+    u[:ch, :cw] = CHROMA_NEUTRAL
+    v[:ch, :cw] = CHROMA_NEUTRAL
 
 
 def black_frame(width: int, height: int) -> np.ndarray:
@@ -90,7 +106,7 @@ class SceneGenerator:
         self.grain = grain
         rng = np.random.default_rng([seed, 0x5CE7E])
         self._noise = rng.integers(0, 2 * grain + 1, size=(grain_bank, height, width), dtype=np.uint8)
-        self._code_w, self._code_h = frame_code_region(width, height)
+        frame_code_region(width, height)  # a size too small for a frame code fails here, not at a render
         self._tile_cache: dict[int, _Tiles] = {}
 
     def _tiles(self, scene_id: int) -> _Tiles:
@@ -164,10 +180,7 @@ class SceneGenerator:
         tiles = self._tiles(scene_id)
         if out is None:
             out = yuv420p_buffer(w, h)[0]
-        flat = out.reshape(-1)
-        y = flat[: w * h].reshape(h, w)
-        u = flat[w * h : w * h * 5 // 4].reshape(h // 2, w // 2)
-        v = flat[w * h * 5 // 4 :].reshape(h // 2, w // 2)
+        y, u, v = yuv420p_planes(out, w, h)
         # Even offsets keep the half-resolution chroma window aligned with the luma window.
         ox = int(tiles.pan_px_per_s * t_s) % w & ~1
         oy = int(tiles.bob_px * (1.0 + math.sin(2.0 * math.pi * tiles.bob_hz * t_s))) % h & ~1
@@ -186,9 +199,5 @@ class SceneGenerator:
         u[y0 // 2 : (y0 + oh) // 2, x0 // 2 : (x0 + ow) // 2] = level_u
         v[y0 // 2 : (y0 + oh) // 2, x0 // 2 : (x0 + ow) // 2] = level_v
         if code is not None:
-            draw_frame_code(y, code.frame_index, code.camera_id, black=LUMA_BLACK, white=LUMA_WHITE)
-            # Neutral chroma under the code: black and white cells carry no colour to bleed.
-            cw, ch = (self._code_w + 1) // 2, (self._code_h + 1) // 2
-            u[:ch, :cw] = CHROMA_NEUTRAL
-            v[:ch, :cw] = CHROMA_NEUTRAL
+            stamp_frame_code(out, w, h, code)
         return out
