@@ -306,23 +306,24 @@ class EpisodeReader:
         out: dict[tuple[int, int], bytes] = {}
         for loc in locations:
             chunk = chunks[loc.chunk]
+            records: bytes | memoryview  # the records of the chunk, or the read holding this one
             if chunk.compression:
-                data = unpacked.get(loc.chunk)
-                if data is None:
+                cached = unpacked.get(loc.chunk)
+                if cached is None:
                     blob, pos = located(chunk.start)
                     compressed = blob[pos + chunk.length - chunk.compressed_size : pos + chunk.length]
-                    data = unpacked[loc.chunk] = self._decompress(chunk, compressed)
-                    counters.bytes_decompressed += len(data)
-                pos = loc.offset
+                    cached = unpacked[loc.chunk] = self._decompress(chunk, compressed)
+                    counters.bytes_decompressed += len(cached)
+                records, pos = cached, loc.offset
             else:
-                data, pos = located(chunk.start + chunk.length - chunk.compressed_size + loc.offset)
+                records, pos = located(chunk.start + chunk.length - chunk.compressed_size + loc.offset)
                 counters.bytes_decompressed += loc.length
-            _, length, _, _, _, _ = _MESSAGE_HEAD.unpack_from(data, pos)
+            _, length, _, _, _, _ = _MESSAGE_HEAD.unpack_from(records, pos)
             counters.bytes_used += 9 + length
-            out[(loc.chunk, loc.offset)] = bytes(data[pos + _MESSAGE_HEAD.size : pos + 9 + length])
+            out[(loc.chunk, loc.offset)] = bytes(records[pos + _MESSAGE_HEAD.size : pos + 9 + length])
         return out
 
-    def _decompress(self, chunk: ChunkInfo, data: bytes) -> bytes:
+    def _decompress(self, chunk: ChunkInfo, data: bytes | memoryview) -> bytes:
         if chunk.compression == "zstd":
             return self._zstd.decompress(data, max_output_size=chunk.uncompressed_size)
         if chunk.compression == "lz4":

@@ -3,7 +3,9 @@ deterministic bytes."""
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -17,7 +19,7 @@ from transcode_helpers import PROVENANCE, camera_messages, config_for, frame_tab
 
 from pipeline.media.framecode import read_frame_index
 from pipeline.reader import build_index
-from pipeline.transcode import TranscodeResult, transcode_episode
+from pipeline.transcode import TranscodeResult, robot, transcode_episode
 from pipeline.transcode.h264 import access_unit_info, frame_letter
 from pipeline.transcode.layout import GROUP_CAMERAS, GROUP_KEY, GROUP_NATIVE, GROUP_PROPRIO
 from pipeline.transcode.source import read_source
@@ -187,3 +189,32 @@ def test_same_input_and_config_give_the_same_bytes_in_process_or_in_encoder_proc
         )
     assert again.sha256 == pooled.sha256 == per_camera.sha256 == reference.sha256
     assert again.path.read_bytes() == reference.path.read_bytes()
+
+
+def test_a_transcode_runs_no_collection_of_the_cyclic_gc(source_episode: Path, tmp_path: Path) -> None:
+    """Its objects are freed by reference counting: thresholds that would collect every few allocations
+    collect nothing while it runs (pipeline.gcpause), and the collector is back on after it."""
+    config = config_for("vla")
+    inside: list[int] = []
+    outside: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase != "start":
+            return
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code is not robot._transcode_episode.__code__:
+            frame = frame.f_back
+        (outside if frame is None else inside).append(info["generation"])
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(10, 1, 1)
+    gc.callbacks.append(count)
+    try:
+        transcode_episode(source_episode, tmp_path / "episode.mcap", config, PROVENANCE)
+        gc.collect(0)  # the counter sees collections outside
+    finally:
+        gc.callbacks.remove(count)
+        gc.set_threshold(*thresholds)
+    assert inside == []
+    assert outside
+    assert gc.isenabled()
