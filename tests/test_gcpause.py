@@ -64,14 +64,3 @@ def test_the_collector_stays_paused_until_the_last_thread_leaves_its_block() -> 
         release.set()
         other.join(10)
     assert gc.isenabled()
-
-
-def test_cycles_made_in_the_block_are_collected_after_it() -> None:
-    class Node:
-        pass
-
-    with cyclic_gc_paused():
-        node = Node()
-        node.me = node  # type: ignore[attr-defined]
-        del node
-    assert gc.collect() >= 1

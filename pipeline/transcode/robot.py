@@ -89,6 +89,9 @@ class TranscodeResult:
     seconds: float
 
 
+# the episode's objects are acyclic and freed by reference counting; a full collection of the process's
+# heap would find next to nothing and cost up to 0.1 s (pipeline.gcpause)
+@cyclic_gc_paused()
 def transcode_episode(
     source: Path,
     out: Path,
@@ -111,21 +114,6 @@ def transcode_episode(
     :class:`TranscodeInputError` or :class:`~pipeline.mcaplog.McapInputError`; a staging file that does not read back raises
     :class:`OutputVerifyError`.
     """
-    # the episode's objects are acyclic and freed by reference counting; a full collection of the
-    # process's heap costs about 0.1 s in a task process and would find next to nothing (pipeline.gcpause)
-    with cyclic_gc_paused():
-        return _transcode_episode(source, out, config, provenance, executor, executor_workers, staging_dir)
-
-
-def _transcode_episode(
-    source: Path,
-    out: Path,
-    config: RobotTranscodeConfig,
-    provenance: Provenance,
-    executor: Executor | None,
-    executor_workers: int | None,
-    staging_dir: Path | None,
-) -> TranscodeResult:
     started = time.perf_counter()
     settings = EncoderSettings.from_options(config.options)
     episode, encoded, resampled = encode_episode(

@@ -3,7 +3,9 @@ deterministic bytes."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import inspect
 import json
 import sys
 from collections.abc import Callable
@@ -18,8 +20,9 @@ from mcap.reader import make_reader
 from transcode_helpers import PROVENANCE, camera_messages, config_for, frame_table, source_camera_stamps
 
 from pipeline.media.framecode import read_frame_index
+from pipeline.processes import WorkerPool
 from pipeline.reader import build_index
-from pipeline.transcode import TranscodeResult, robot, transcode_episode
+from pipeline.transcode import TranscodeResult, transcode_episode
 from pipeline.transcode.h264 import access_unit_info, frame_letter
 from pipeline.transcode.layout import GROUP_CAMERAS, GROUP_KEY, GROUP_NATIVE, GROUP_PROPRIO
 from pipeline.transcode.source import read_source
@@ -191,10 +194,15 @@ def test_same_input_and_config_give_the_same_bytes_in_process_or_in_encoder_proc
     assert again.path.read_bytes() == reference.path.read_bytes()
 
 
-def test_a_transcode_runs_no_collection_of_the_cyclic_gc(source_episode: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("encoders", [0, 2], ids=["in-process", "worker-pool"])
+def test_a_transcode_runs_no_collection_of_the_cyclic_gc(
+    source_episode: Path, tmp_path: Path, encoders: int
+) -> None:
     """Its objects are freed by reference counting: thresholds that would collect every few allocations
-    collect nothing while it runs (pipeline.gcpause), and the collector is back on after it."""
+    collect nothing while it runs (pipeline.gcpause), in this process or with the step's encoder pool,
+    and the collector is back on after it."""
     config = config_for("vla")
+    transcode_code = inspect.unwrap(transcode_episode).__code__
     inside: list[int] = []
     outside: list[int] = []
 
@@ -202,19 +210,28 @@ def test_a_transcode_runs_no_collection_of_the_cyclic_gc(source_episode: Path, t
         if phase != "start":
             return
         frame = sys._getframe(1)
-        while frame is not None and frame.f_code is not robot._transcode_episode.__code__:
+        while frame is not None and frame.f_code is not transcode_code:
             frame = frame.f_back
         (outside if frame is None else inside).append(info["generation"])
 
-    thresholds = gc.get_threshold()
-    gc.set_threshold(10, 1, 1)
-    gc.callbacks.append(count)
-    try:
-        transcode_episode(source_episode, tmp_path / "episode.mcap", config, PROVENANCE)
-        gc.collect(0)  # the counter sees collections outside
-    finally:
-        gc.callbacks.remove(count)
-        gc.set_threshold(*thresholds)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(WorkerPool(encoders, name="transcode encoder")) if encoders else None
+        thresholds = gc.get_threshold()
+        gc.set_threshold(10, 1, 1)
+        gc.callbacks.append(count)
+        try:
+            transcode_episode(
+                source_episode,
+                tmp_path / "episode.mcap",
+                config,
+                PROVENANCE,
+                executor=pool,
+                executor_workers=encoders or None,
+            )
+            gc.collect(0)  # the counter sees collections outside
+        finally:
+            gc.callbacks.remove(count)
+            gc.set_threshold(*thresholds)
     assert inside == []
     assert outside
     assert gc.isenabled()
