@@ -26,6 +26,12 @@ unpickling of a task's arguments before the task runs is outside them (for the b
 the parent's pickling is in), while ours' encoders read their pictures from spool files inside their tasks
 (:mod:`pipeline.families.spool`).
 
+Every ratio is the median of the rounds of one contender over that of another. Beside the two targets,
+``ci95`` gives the 95% interval of each from a paired bootstrap over the rounds (:func:`ratio_interval`):
+on this kind of machine one contender's time varies by 3-5% from round to round, and five rounds leave an
+interval about 0.1 wide, so ``--rounds`` (20 gives about 0.04) says where a ratio sits before a run is
+read against a target.
+
 Beside the speed: ``payload_ratio_vs_source`` (our camera bytes / the source's; ``payload_ratio_vs_jpeg``
 with ``--source jpeg``) and the luma PSNR of every output frame against the source picture as decoded
 (``psnr_vs_source_db``, ``psnr_vs_jpeg_db``).
@@ -262,13 +268,54 @@ def _psnr_vs_source(out: Path, raws: dict[str, _RawCamera], topics: dict[str, st
     return found
 
 
-def run(size: str, settings: Settings, source: str = "h264") -> dict[str, Any]:
-    """Run the benchmark (``size``: default, small, large or tiny; ``source``: h264, jpeg or png)."""
+def ratio_interval(
+    reference: list[float], ours: list[float], confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """The ``confidence`` interval of median(reference) / median(ours) over interleaved rounds.
+
+    A paired bootstrap (scipy's): rounds are resampled whole, so a contender's figure stays beside the
+    others' of the same round, as the load of that moment left them. None below three rounds, where a
+    resample can only repeat the same few values. The seed is fixed, so one list of rounds gives one
+    interval.
+    """
+    if len(reference) != len(ours):
+        raise ValueError(f"{len(reference)} reference rounds against {len(ours)} of ours")
+    if len(ours) < 3:
+        return None
+    from scipy.stats import bootstrap
+
+    def ratio_of_medians(ref: Any, mine: Any, axis: int = -1) -> Any:
+        return np.median(ref, axis=axis) / np.median(mine, axis=axis)
+
+    found = bootstrap(
+        (np.asarray(reference), np.asarray(ours)),
+        ratio_of_medians,
+        paired=True,
+        vectorized=True,
+        n_resamples=9999,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(0),
+    )
+    low, high = found.confidence_interval
+    return round(float(low), 4), round(float(high), 4)
+
+
+def run(size: str, settings: Settings, source: str = "h264", rounds: int | None = None) -> dict[str, Any]:
+    """Run the benchmark (``size``: default, small, large or tiny; ``source``: h264, jpeg or png).
+
+    ``rounds`` overrides the size's number of interleaved rounds: the interval reported beside each
+    target ratio narrows with about the square root of it.
+    """
     if size not in SIZES:
         raise UnknownChoiceError("size", size, SIZES)
     if source not in SOURCES:
         raise UnknownChoiceError("transcode bench source", source, SOURCES)
-    p = SIZES[size]
+    if rounds is not None and rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
+    p = dict(SIZES[size])
+    if rounds is not None:
+        p["repeats"] = rounds
     workers = p["workers"]
     with tempfile.TemporaryDirectory(prefix="sluice-bench-transcode-") as tmp_text:
         tmp = Path(tmp_text)
@@ -364,6 +411,13 @@ def run(size: str, settings: Settings, source: str = "h264") -> dict[str, Any]:
         "cpu_ratio_vs_decode_encode": round(med_cpu["decode_encode_dealt"] / med_cpu["ours"], 4),
         "cpu_ms_per_frame": {name: round(1000 * t / frames, 3) for name, t in med_cpu.items()},
         "statistic": "median of interleaved rounds (order rotated per round)",
+        "rounds": p["repeats"],
+        # how far the targets could sit from these medians on this machine, rounds resampled whole
+        "ci95": {
+            "transcode_ratio_vs_decode_encode": ratio_interval(wall["decode_encode_dealt"], wall["ours"]),
+            "cpu_ratio_vs_decode_encode": ratio_interval(cpu["decode_encode_dealt"], cpu["ours"]),
+            "transcode_ratio": ratio_interval(wall[ref_name], wall["ours"]),
+        },
         "wall_seconds": {k: [round(x, 3) for x in v] for k, v in wall.items()},
         "cpu_seconds": {k: [round(x, 3) for x in v] for k, v in cpu.items()},
         "frames": frames,

@@ -29,6 +29,13 @@ def command(
     source: str = typer.Option(
         None, "--source", help="transcode only: what the source cameras carry (h264, jpeg, png)."
     ),
+    rounds: int = typer.Option(
+        None,
+        "--rounds",
+        min=1,
+        help="transcode only: interleaved rounds (default: the size's); the 95% interval beside each "
+        "target ratio narrows with about the square root of it.",
+    ),
     footage: Path = typer.Option(
         None,
         "--footage",
@@ -52,6 +59,10 @@ def command(
         if name != "transcode":
             raise typer.BadParameter(f"--source is an option of the transcode bench, not of {name}")
         options["source"] = source
+    if rounds is not None:
+        if name != "transcode":
+            raise typer.BadParameter(f"--rounds is an option of the transcode bench, not of {name}")
+        options["rounds"] = rounds
     if footage is not None:
         if name != "read":
             raise typer.BadParameter(f"--footage is an option of the read bench, not of {name}")

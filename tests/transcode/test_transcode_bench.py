@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.bench import transcode
@@ -57,3 +58,50 @@ def test_sluice_bench_transcode_source_jpeg_writes_its_results(tmp_path: Path) -
     assert "payload_ratio_vs_jpeg" in result.output
     refused = CliRunner().invoke(app, ["bench", "plan", "--source", "jpeg"])
     assert refused.exit_code == 2 and "--source is an option of the transcode bench" in refused.output
+
+
+def test_the_interval_of_a_ratio_narrows_with_rounds_and_keeps_rounds_paired() -> None:
+    rng = np.random.default_rng(7)
+    # noise of each run on its own: the interval narrows with more rounds and holds the true ratio
+    reference = list(6.0 * rng.normal(1.0, 0.03, 40))
+    ours = list(6.2 * rng.normal(1.0, 0.03, 40))
+    few = transcode.ratio_interval(reference[:5], ours[:5])
+    many = transcode.ratio_interval(reference, ours)
+    assert few is not None and many is not None
+    assert many[0] <= 6.0 / 6.2 <= many[1]
+    assert many[1] - many[0] < 0.6 * (few[1] - few[0])
+    # both contenders slowed alike by the load of each round: kept paired, the load cancels out;
+    # with the rounds shuffled apart it does not
+    load = rng.normal(1.0, 0.05, 40)
+    loaded_reference = list(6.0 * load * rng.normal(1.0, 0.005, 40))
+    loaded_ours = list(6.2 * load * rng.normal(1.0, 0.005, 40))
+    paired = transcode.ratio_interval(loaded_reference, loaded_ours)
+    unpaired = transcode.ratio_interval(loaded_reference, list(rng.permutation(loaded_ours)))
+    assert paired is not None and unpaired is not None
+    assert paired[0] <= 6.0 / 6.2 <= paired[1]
+    assert unpaired[1] - unpaired[0] > 2 * (paired[1] - paired[0])
+    assert transcode.ratio_interval(reference[:2], ours[:2]) is None  # too few rounds to resample
+    with pytest.raises(ValueError, match="3 reference rounds against 2"):
+        transcode.ratio_interval(reference[:3], ours[:2])
+
+
+def test_sluice_bench_transcode_rounds_sets_the_rounds_and_reports_intervals(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    out = tmp_path / "transcode.json"
+    args = ["bench", "transcode", "--size", "tiny", "--rounds", "3", "--json", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert saved["rounds"] == 3 and all(len(v) == 3 for v in saved["wall_seconds"].values())
+    for key in ("transcode_ratio_vs_decode_encode", "cpu_ratio_vs_decode_encode"):
+        low, high = saved["ci95"][key]
+        assert 0 < low <= high, key
+    refused = CliRunner().invoke(app, ["bench", "plan", "--rounds", "3"])
+    assert refused.exit_code == 2 and "--rounds is an option of the transcode bench" in refused.output
+    zero = CliRunner().invoke(app, ["bench", "transcode", "--size", "tiny", "--rounds", "0"])
+    assert zero.exit_code == 2 and "--rounds" in zero.output
