@@ -11,7 +11,8 @@ import contextlib
 import hashlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pipeline.store import fsync_path
@@ -61,3 +62,22 @@ def sha256_file(path: Path) -> tuple[str, int]:
             digest.update(block)
             size += len(block)
     return digest.hexdigest(), size
+
+
+def verified_digest(path: Path, verify: Callable[[Path], None]) -> tuple[str, int]:
+    """``verify(path)`` in this thread while, in threads of their own, the file is hashed
+    (:func:`sha256_file`) and its bytes are sent to the device ahead of :func:`publish`'s fsync; returns
+    the hash and size. hashlib and the kernel run without the GIL, so the three overlap instead of
+    following one another. An error of ``verify`` is raised once the other two have ended; an error of
+    the early fsync is left for :func:`publish`, which syncs again and reports it.
+    """
+    with ThreadPoolExecutor(2, thread_name_prefix="publish") as side:
+        digest = side.submit(sha256_file, path)
+        side.submit(_sync_early, path)
+        verify(path)
+        return digest.result()
+
+
+def _sync_early(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fsync_path(path)

@@ -33,7 +33,7 @@ from pipeline.transcode.errors import OutputVerifyError
 from pipeline.transcode.groupwriter import GroupedWriter, GroupSpec, OutMessage
 from pipeline.transcode.h264 import KEY_LETTERS
 from pipeline.transcode.profiles import FOXGLOVE_FORMATS, EncoderSettings
-from pipeline.transcode.publish import publish, sha256_file, staged
+from pipeline.transcode.publish import publish, staged, verified_digest
 from pipeline.transcode.resample import NS_PER_S, Resampled
 from pipeline.transcode.source import SourceCamera, SourceEpisode
 
@@ -121,8 +121,7 @@ def transcode_episode(
     )
     with staged(out, staging_dir) as staging:
         counts, chunks = _write(staging, episode, encoded, resampled, config, provenance)
-        verify_written(staging, counts)
-        sha256, size = sha256_file(staging)
+        sha256, size = verified_digest(staging, lambda path: verify_written(path, counts))
         publish(staging, out)
     cameras = tuple(
         CameraSummary(
