@@ -33,8 +33,8 @@ def command(
         None,
         "--rounds",
         min=1,
-        help="transcode only: interleaved rounds (default: the size's); the 95% interval beside each "
-        "target ratio narrows with about the square root of it.",
+        help="transcode only: interleaved rounds (default: the size's); the 95% interval of each target "
+        "ratio (ci95 in the --json file) narrows with about the square root of it.",
     ),
     footage: Path = typer.Option(
         None,

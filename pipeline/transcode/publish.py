@@ -43,7 +43,8 @@ def staged(final: Path, staging_dir: Path | None = None) -> Iterator[Path]:
 
 def publish(staging: Path, final: Path) -> None:
     """Make ``staging`` durable and rename it to ``final`` (atomic; an identical earlier output is replaced
-    by the same bytes, since outputs are deterministic)."""
+    by the same bytes, since outputs are deterministic). After :func:`verified_digest` the file's fsync
+    has nothing left to write."""
     try:
         fsync_path(staging)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -66,18 +67,17 @@ def sha256_file(path: Path) -> tuple[str, int]:
 
 def verified_digest(path: Path, verify: Callable[[Path], None]) -> tuple[str, int]:
     """``verify(path)`` in this thread while, in threads of their own, the file is hashed
-    (:func:`sha256_file`) and its bytes are sent to the device ahead of :func:`publish`'s fsync; returns
-    the hash and size. hashlib and the kernel run without the GIL, so the three overlap instead of
-    following one another. An error of ``verify`` is raised once the other two have ended; an error of
-    the early fsync is left for :func:`publish`, which syncs again and reports it.
+    (:func:`sha256_file`) and fsync-ed; returns the hash and size. hashlib and the kernel run without the
+    GIL, so the three overlap instead of following one another. An error of ``verify`` is raised once the
+    other two have ended; a failed fsync is raised as :class:`PublishError` (it must be reported by this
+    fsync: Linux reports a write-back error to the first fsync after it, and a later one succeeds).
     """
     with ThreadPoolExecutor(2, thread_name_prefix="publish") as side:
         digest = side.submit(sha256_file, path)
-        side.submit(_sync_early, path)
+        synced = side.submit(fsync_path, path)
         verify(path)
+        try:
+            synced.result()
+        except OSError as exc:
+            raise PublishError(str(path), f"fsync: {exc}") from exc
         return digest.result()
-
-
-def _sync_early(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fsync_path(path)
