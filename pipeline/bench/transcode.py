@@ -29,8 +29,8 @@ the parent's pickling is in), while ours' encoders read their pictures from spoo
 Every ratio is the median of the rounds of one contender over that of another. Beside the two targets,
 ``ci95`` gives the 95% interval of each from a paired bootstrap over the rounds (:func:`ratio_interval`):
 on this kind of machine one contender's time varies by 3-5% from round to round, and five rounds leave an
-interval about 0.1 wide, so ``--rounds`` (20 gives about 0.04) says where a ratio sits before a run is
-read against a target.
+interval about 0.1 wide, so ``--rounds`` (20 gave 0.04-0.09 in the runs in ``results/``) says where a
+ratio sits before a run is read against a target.
 
 Beside the speed: ``payload_ratio_vs_source`` (our camera bytes / the source's; ``payload_ratio_vs_jpeg``
 with ``--source jpeg``) and the luma PSNR of every output frame against the source picture as decoded

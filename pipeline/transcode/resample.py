@@ -92,7 +92,7 @@ def _numeric_with_float(values: Sequence[Any], what: str) -> bool:
     """True when ``values`` are all numbers, or all lists of numbers of one length, and any is a float.
 
     Judged on the set of types seen rather than value by value: a stream of 2,000 seven-joint vectors
-    is 14,000 values, and one call per value was most of the time the resample took.
+    is 14,000 values, and a call per value was the largest item of the resample under the profiler.
     """
     kinds = {type(v) for v in values}
     if all(_numeric_type(k) for k in kinds):
