@@ -32,6 +32,21 @@ def pg_server() -> Iterator[LocalPostgres]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _no_thread_left_real_time() -> Iterator[None]:
+    """After every test, no thread of the pytest process runs real-time: one that did (SVT-AV1 does it to the
+    thread that opens an encoder, as root) would pass its policy to every process started after it
+    (pipeline.rtguard). Such threads are put back before the test is failed, so the rest of the run is not
+    affected."""
+    yield
+    from pipeline.rtguard import normal_scheduling, realtime_threads
+
+    left = realtime_threads()
+    if left:
+        normal_scheduling()
+        pytest.fail(f"threads left real-time (thread id: (policy, priority)): {left}")
+
+
 _db_counter = itertools.count()
 
 

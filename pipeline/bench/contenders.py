@@ -31,6 +31,7 @@ from PIL import Image
 
 from pipeline.reader.counters import ReadCounters
 from pipeline.reader.throttle import ThrottledFile, TokenBucket
+from pipeline.rtguard import realtime_taken_back
 
 #: lerobot 0.6.2's defaults (``VideoEncoderConfig``: vcodec, pix_fmt, g, crf, preset, fast_decode).
 LEROBOT_V3_ENCODER = "libsvtav1"
@@ -45,15 +46,24 @@ def open_throttled(url: str, bucket: TokenBucket | None) -> ThrottledFile:
 
 
 def write_lerobot_video(path: Path, frames: Sequence[np.ndarray], rate: Fraction) -> None:
-    """An MP4 of ``frames`` (yuv420p arrays) encoded as lerobot 0.6.2's ``encode_video_frames`` does."""
-    with av.open(str(path), "w") as container:
+    """An MP4 of ``frames`` (yuv420p arrays) encoded as lerobot 0.6.2's ``encode_video_frames`` does.
+
+    Run as root, SVT-AV1 makes this thread and its own real-time (:mod:`pipeline.rtguard`): they are put
+    back to normal scheduling once the encoder is open and again at the end.
+    """
+    with (
+        realtime_taken_back(f"LeRobot v3 encode of {path.name}") as guard,
+        av.open(str(path), "w") as container,
+    ):
         stream = cast(
             VideoStream, container.add_stream(LEROBOT_V3_ENCODER, rate, options=dict(LEROBOT_V3_OPTIONS))
         )
         stream.pix_fmt = LEROBOT_V3_PIX_FMT
         stream.height, stream.width = frames[0].shape[0] * 2 // 3, frames[0].shape[1]
-        for frame in frames:
+        for k, frame in enumerate(frames):
             container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="yuv420p")))
+            if k == 0:  # the first frame opened the encoder, which started its threads
+                guard.check()
         container.mux(stream.encode(None))
 
 
