@@ -10,10 +10,11 @@ core starves the host. The one stall of ``make test`` seen here looked like that
 minutes, two Airflow supervisor processes at FIFO 99 spinning. The read benchmark's test runs its LeRobot v3
 encode in the pytest process, before the tests that start Airflow schedulers.
 
-:func:`realtime_taken_back` wraps code that may open such an encoder: on :meth:`RealtimeGuard.check` and
-on leaving, every thread of this process at ``SCHED_FIFO`` or ``SCHED_RR`` goes back to ``SCHED_OTHER``
-(priority 0; its nice value is kept), unless the calling thread was already real-time when the block
-began: then an operator asked for it, and nothing is changed. Nothing to do for non-root processes:
+:func:`realtime_taken_back` wraps code that may open such an encoder. It notes every thread's policy and
+priority when the block begins; on :meth:`RealtimeGuard.check` and on leaving, a thread that is now at
+``SCHED_FIFO`` or ``SCHED_RR`` with a policy or priority it did not have then goes back: a thread that
+existed to what it had (an operator who runs us real-time keeps that), a thread started in the block to
+``SCHED_OTHER`` at priority 0. Nice values are kept. Nothing to do for non-root processes:
 SVT-AV1 checks ``geteuid() == 0`` first, and without ``CAP_SYS_NICE`` the kernel refuses anyway. We found
 no option in PyAV or SVT-AV1 that turns it off (SVT's thread code asks for priority 99 whenever it runs as
 root), and no library that undoes it, hence this module.
@@ -29,30 +30,41 @@ from collections.abc import Iterator
 log = logging.getLogger(__name__)
 
 _REALTIME = frozenset({os.SCHED_FIFO, os.SCHED_RR})
+#: A flag that ``sched_getscheduler`` ORs into the policy of a thread that asked for it.
+_RESET_ON_FORK = getattr(os, "SCHED_RESET_ON_FORK", 0x40000000)
+
+Policies = dict[int, tuple[int, int]]
 
 
-def realtime_threads(pid: int | None = None) -> dict[int, tuple[int, int]]:
-    """``{thread id: (policy, priority)}`` for the threads of process ``pid`` (this one when None) that run
-    under a real-time policy."""
+def thread_policies(pid: int | None = None) -> Policies:
+    """``{thread id: (policy, priority)}`` for every thread of process ``pid`` (this one when None); the
+    policy without the reset-on-fork flag."""
     found = {}
-    task = f"/proc/{os.getpid() if pid is None else pid}/task"
-    for name in os.listdir(task):
+    for name in os.listdir(f"/proc/{os.getpid() if pid is None else pid}/task"):
         tid = int(name)
         try:
-            policy = os.sched_getscheduler(tid)
-            if policy in _REALTIME:
-                found[tid] = (policy, os.sched_getparam(tid).sched_priority)
+            found[tid] = (os.sched_getscheduler(tid) & ~_RESET_ON_FORK, os.sched_getparam(tid).sched_priority)
         except (ProcessLookupError, PermissionError):  # the thread ended meanwhile, or is not ours
             continue
     return found
 
 
-def normal_scheduling() -> int:
-    """Put every real-time thread of this process back under ``SCHED_OTHER``; returns how many were."""
+def realtime_threads(pid: int | None = None) -> Policies:
+    """The threads of :func:`thread_policies` under ``SCHED_FIFO`` or ``SCHED_RR``."""
+    return {tid: p for tid, p in thread_policies(pid).items() if p[0] in _REALTIME}
+
+
+def take_back(before: Policies) -> int:
+    """Every thread of this process that is real-time now with a policy or priority it did not have in
+    ``before`` (a :func:`thread_policies` of this process) goes back to what it had there, or to
+    ``SCHED_OTHER`` when it was not there; returns how many moved."""
     moved = 0
-    for tid in realtime_threads():
+    for tid, now in realtime_threads().items():
+        policy, priority = before.get(tid, (os.SCHED_OTHER, 0))
+        if now == (policy, priority):
+            continue
         try:
-            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            os.sched_setscheduler(tid, policy, os.sched_param(priority))
         except ProcessLookupError:
             continue
         moved += 1
@@ -63,25 +75,23 @@ class RealtimeGuard:
     """See :func:`realtime_taken_back`."""
 
     def __init__(self) -> None:
-        # the calling thread's own policy: 0 stands for this thread in sched_getscheduler
-        self.active = os.sched_getscheduler(0) not in _REALTIME
+        self.before = thread_policies()
         self.moved = 0
 
     def check(self) -> None:
         """Take back what was given since the block began (call it once the encoder is open, so that its
         worker threads do not encode at real-time priority)."""
-        if self.active:
-            self.moved += normal_scheduling()
+        self.moved += take_back(self.before)
 
 
 @contextlib.contextmanager
 def realtime_taken_back(what: str) -> Iterator[RealtimeGuard]:
-    """Run the block; on :meth:`RealtimeGuard.check` and when it ends, move every thread that a library made
-    real-time back to normal scheduling (see the module docstring). ``what`` names the work in the log."""
+    """Run the block; on :meth:`RealtimeGuard.check` and when it ends, put back every thread that a library
+    made real-time (see the module docstring). ``what`` names the work in the log."""
     guard = RealtimeGuard()
     try:
         yield guard
     finally:
         guard.check()
         if guard.moved:
-            log.info("%s: %d threads made real-time by a codec library put back to normal", what, guard.moved)
+            log.info("%s: %d threads made real-time by a codec library put back", what, guard.moved)

@@ -34,16 +34,17 @@ def pg_server() -> Iterator[LocalPostgres]:
 
 @pytest.fixture(autouse=True)
 def _no_thread_left_real_time() -> Iterator[None]:
-    """After every test, no thread of the pytest process runs real-time: one that did (SVT-AV1 does it to the
-    thread that opens an encoder, as root) would pass its policy to every process started after it
-    (pipeline.rtguard). Such threads are put back before the test is failed, so the rest of the run is not
-    affected."""
-    yield
-    from pipeline.rtguard import normal_scheduling, realtime_threads
+    """After every test, no thread of the pytest process is real-time that was not so before it: one that is
+    (SVT-AV1 does it to the thread that opens an encoder, as root) passes its policy to every process
+    started after it (pipeline.rtguard). The threads are put back before the test is failed; processes the
+    test started keep what they inherited."""
+    from pipeline.rtguard import realtime_threads, take_back, thread_policies
 
-    left = realtime_threads()
+    before = thread_policies()
+    yield
+    left = {tid: p for tid, p in realtime_threads().items() if before.get(tid) != p}
     if left:
-        normal_scheduling()
+        take_back(before)
         pytest.fail(f"threads left real-time (thread id: (policy, priority)): {left}")
 
 
