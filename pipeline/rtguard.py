@@ -36,22 +36,22 @@ _RESET_ON_FORK = getattr(os, "SCHED_RESET_ON_FORK", 0x40000000)
 Policies = dict[int, tuple[int, int]]
 
 
-def thread_policies(pid: int | None = None) -> Policies:
-    """``{thread id: (policy, priority)}`` for every thread of process ``pid`` (this one when None); the
-    policy without the reset-on-fork flag."""
+def thread_policies() -> Policies:
+    """``{thread id: (policy, priority)}`` for every thread of this process; the policy without the
+    reset-on-fork flag."""
     found = {}
-    for name in os.listdir(f"/proc/{os.getpid() if pid is None else pid}/task"):
+    for name in os.listdir("/proc/self/task"):
         tid = int(name)
         try:
             found[tid] = (os.sched_getscheduler(tid) & ~_RESET_ON_FORK, os.sched_getparam(tid).sched_priority)
-        except (ProcessLookupError, PermissionError):  # the thread ended meanwhile, or is not ours
+        except ProcessLookupError:  # the thread ended meanwhile
             continue
     return found
 
 
-def realtime_threads(pid: int | None = None) -> Policies:
+def realtime_threads() -> Policies:
     """The threads of :func:`thread_policies` under ``SCHED_FIFO`` or ``SCHED_RR``."""
-    return {tid: p for tid, p in thread_policies(pid).items() if p[0] in _REALTIME}
+    return {tid: p for tid, p in thread_policies().items() if p[0] in _REALTIME}
 
 
 def take_back(before: Policies) -> int:

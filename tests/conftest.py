@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.pgserver import LocalPostgres
+from pipeline.rtguard import realtime_threads, take_back, thread_policies
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPUS = REPO_ROOT.parent / "shared" / "corpus"
@@ -38,8 +39,6 @@ def _no_thread_left_real_time() -> Iterator[None]:
     (SVT-AV1 does it to the thread that opens an encoder, as root) passes its policy to every process
     started after it (pipeline.rtguard). The threads are put back before the test is failed; processes the
     test started keep what they inherited."""
-    from pipeline.rtguard import realtime_threads, take_back, thread_policies
-
     before = thread_policies()
     yield
     left = {tid: p for tid, p in realtime_threads().items() if before.get(tid) != p}
