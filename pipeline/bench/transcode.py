@@ -301,6 +301,18 @@ def ratio_interval(
     return round(float(low), 4), round(float(high), 4)
 
 
+def _beyond(cpu: dict[str, list[float]], pool_cpu: dict[str, list[float]]) -> dict[str, float]:
+    """Median per-round CPU seconds that ours used beyond the bare decode+encode loop: in all, in the pool's
+    processes and in the calling process."""
+    ours, bare = np.array(cpu["ours"]), np.array(cpu["decode_encode_dealt"])
+    ours_pool, bare_pool = np.array(pool_cpu["ours"]), np.array(pool_cpu["decode_encode_dealt"])
+    return {
+        "total": round(float(np.median(ours - bare)), 3),
+        "pool": round(float(np.median(ours_pool - bare_pool)), 3),
+        "caller": round(float(np.median((ours - ours_pool) - (bare - bare_pool))), 3),
+    }
+
+
 def run(size: str, settings: Settings, source: str = "h264", rounds: int | None = None) -> dict[str, Any]:
     """Run the benchmark (``size``: default, small, large or tiny; ``source``: h264, jpeg or png).
 
@@ -332,6 +344,7 @@ def run(size: str, settings: Settings, source: str = "h264", rounds: int | None 
         result: Any = None  # our last TranscodeResult
         wall: dict[str, list[float]] = {name: [] for name in CONTENDERS}
         cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+        pool_cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}  # the part in pool processes
         pools = ProcessPoolExecutor(workers, mp_context=ctx) if workers > 1 else nullcontext()
         with pools as pool:
             list((pool.map if pool is not None else map)(_noop_one, range(workers)))  # start workers
@@ -343,7 +356,9 @@ def run(size: str, settings: Settings, source: str = "h264", rounds: int | None 
                 wall[name].append(time.perf_counter() - wall_started)
                 parent_cpu = time.process_time() - cpu_started
                 # in-process tasks are already in the parent's CPU time
-                cpu[name].append(parent_cpu + (executor.cpu_s if pool is not None else 0.0))
+                in_pool = executor.cpu_s if pool is not None else 0.0
+                cpu[name].append(parent_cpu + in_pool)
+                pool_cpu[name].append(in_pool)
                 return value
 
             def ours(ex: Executor, k: int, tasks: int) -> int:
@@ -421,6 +436,12 @@ def run(size: str, settings: Settings, source: str = "h264", rounds: int | None 
         },
         "wall_seconds": {k: [round(x, 3) for x in v] for k, v in wall.items()},
         "cpu_seconds": {k: [round(x, 3) for x in v] for k, v in cpu.items()},
+        # of cpu_seconds, what the pool's processes used (the tasks, timed in them); the rest is this
+        # process's: for ours, reading the log, resampling, writing and checking the episode
+        "cpu_seconds_pool": {k: [round(x, 3) for x in v] for k, v in pool_cpu.items()},
+        # ours' CPU beyond the bare decode+encode loop's, median of the per-round differences, split by
+        # where it was used
+        "cpu_beyond_decode_encode_s": _beyond(cpu, pool_cpu),
         "frames": frames,
         "cameras": len(raws),
         "workers": workers,

@@ -101,7 +101,28 @@ def test_sluice_bench_transcode_rounds_sets_the_rounds_and_reports_intervals(tmp
     for key in ("transcode_ratio_vs_decode_encode", "cpu_ratio_vs_decode_encode"):
         low, high = saved["ci95"][key]
         assert 0 < low <= high, key
+    # one worker: no pool, so every CPU second was this process's
+    assert all(v == [0.0] * 3 for v in saved["cpu_seconds_pool"].values())
+    beyond = saved["cpu_beyond_decode_encode_s"]
+    assert beyond["pool"] == 0 and beyond["caller"] == beyond["total"]
     refused = CliRunner().invoke(app, ["bench", "plan", "--rounds", "3"])
     assert refused.exit_code == 2 and "--rounds is an option of the transcode bench" in refused.output
     zero = CliRunner().invoke(app, ["bench", "transcode", "--size", "tiny", "--rounds", "0"])
     assert zero.exit_code == 2 and "--rounds" in zero.output
+
+
+def test_the_cpu_of_the_pool_processes_is_reported_apart() -> None:
+    results = transcode.run("small", load_settings(), rounds=1)  # two pool processes
+    assert results["workers"] == 2
+    for name, total in results["cpu_seconds"].items():
+        (in_pool,) = results["cpu_seconds_pool"][name]
+        # every contender's codec work ran in the pool; the caller's share is what is left
+        assert 0 < in_pool <= total[0], name
+    beyond = results["cpu_beyond_decode_encode_s"]
+    ours_caller = results["cpu_seconds"]["ours"][0] - results["cpu_seconds_pool"]["ours"][0]
+    bare_caller = (
+        results["cpu_seconds"]["decode_encode_dealt"][0]
+        - results["cpu_seconds_pool"]["decode_encode_dealt"][0]
+    )
+    assert beyond["caller"] == pytest.approx(ours_caller - bare_caller, abs=0.002)
+    assert beyond["total"] == pytest.approx(beyond["pool"] + beyond["caller"], abs=0.002)  # one round
