@@ -12,12 +12,13 @@ with ``/`` matches the path relative to the root, where ``**`` spans folders.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -28,7 +29,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.enums import PassOverReason
-from pipeline.errors import SluiceError
+from pipeline.errors import InfrastructureError, SluiceError
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +43,25 @@ class SourceMissingError(SluiceError):
         super().__init__(f"source_missing: the vendor's source folder {root} does not exist")
 
 
+class SourceUnreachableError(InfrastructureError):
+    """The vendor's source cannot be listed: no credentials for the bucket, a host that does not answer,
+    access refused. A platform fault to retry (or to fix in the vendor's ``storage_options``), never an
+    empty run."""
+
+    def __init__(self, root: str, detail: str) -> None:
+        self.root = root
+        self.detail = detail
+        super().__init__(f"source_unreachable: the vendor's source {root} cannot be listed: {detail}")
+
+
 class DiscoveryIssue(StrEnum):
     """Why a discovery gives a run nothing to do. Stored as the ``code`` of a run's warning or failure entry
     (``pipeline_runs.warnings``, a JSON list), so no column holds it and no CHECK mirrors it."""
 
     SOURCE_MISSING = "source_missing"  # the root does not exist: the run fails
+    SOURCE_UNREACHABLE = (
+        "source_unreachable"  # the root cannot be listed (credentials, network): the run fails
+    )
     SOURCE_EMPTY = "source_empty"  # the root holds no file at all
     NOTHING_SELECTED = "nothing_selected"  # files are there, but the include/exclude globs leave none
     NOTHING_READY = "nothing_ready"  # selected files are there, but every one was passed over
@@ -165,10 +180,13 @@ def discover(
 
     ``ready_marker`` names a file (e.g. ``_READY``) whose presence in a folder marks every file in it as
     finished; without it, files must keep their size and mtime across two listings ``settle_s`` apart.
-    A root that does not exist raises :class:`SourceMissingError`.
+    A root that does not exist raises :class:`SourceMissingError`; one the filesystem cannot list (its
+    client raises: no credentials, no connection, access refused) :class:`SourceUnreachableError`.
     """
     root = root.rstrip("/")
-    if not fs.isdir(root):
+    with _reaching(root):
+        is_folder = fs.isdir(root)
+    if not is_folder:
         raise SourceMissingError(root)
     local = isinstance(fs, LocalFileSystem)
     real_root = os.path.realpath(root) if local else root
@@ -233,8 +251,22 @@ def _local_refusal(full_path: str, real_root: str) -> tuple[PassOverReason, str]
     return None
 
 
+@contextlib.contextmanager
+def _reaching(root: str) -> Iterator[None]:
+    """Whatever a filesystem client raises while it lists ``root`` (botocore, aiohttp, OSError: each backend
+    has its own errors) as :class:`SourceUnreachableError`, with the client's own words."""
+    try:
+        yield
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise SourceUnreachableError(
+            root, f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        ) from exc
+
+
 def _listing(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, dict[str, Any]]:
-    found = fs.find(root, withdirs=False, detail=True)
+    with _reaching(root):
+        found = fs.find(root, withdirs=False, detail=True)
     listing: dict[str, dict[str, Any]] = {}
     for path, info in found.items():
         mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified")

@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipeline.errors import ConfigError
 from pipeline.warehouse.connection import DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_TIMEOUT_S, WarehouseLimits
 
 
@@ -86,6 +87,35 @@ class Settings(BaseSettings):
         default=Path("."), description="Folder that relative vendor source paths are resolved against."
     )
 
+    @field_validator("home")
+    @classmethod
+    def _home_is_a_folder(cls, home: Path) -> Path:
+        if home.exists() and not home.is_dir():
+            raise ValueError(f"{home} is a file, not a folder")
+        return home
+
+    @field_validator("database_url", "ingest_database_url", "airflow_database_url")
+    @classmethod
+    def _postgres_url(cls, url: str | None) -> str | None:
+        """A URL SQLAlchemy parses and that names Postgres, checked here rather than at the first connect (where
+        a typo surfaced as SQLAlchemy's or a missing driver's traceback)."""
+        if url is None:
+            return None
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise ValueError(
+                "not a database URL (expected postgresql://user:password@host:port/database)"
+            ) from None
+        if parsed.get_backend_name() != "postgresql":
+            raise ValueError(
+                f"names {parsed.get_backend_name()!r}; Sluice's catalog is Postgres (postgresql://...)"
+            )
+        return url
+
     @property
     def home_abs(self) -> Path:
         return self.home.expanduser().resolve()
@@ -112,5 +142,21 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Read the environment once; keyword overrides win (used by tests and the CLI's options)."""
-    return Settings(**overrides)  # type: ignore[arg-type]
+    """Read the environment once; keyword overrides win (used by tests and the CLI's options).
+
+    A value that does not validate raises :class:`~pipeline.errors.ConfigError` naming its variable
+    (``SLUICE_<FIELD>``) or, for an override, its field, with the value given.
+    """
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else ""
+            name = field if field in overrides else f"SLUICE_{field.upper()}"
+            # the message of a field validator's ValueError comes prefixed by pydantic
+            message = error["msg"].removeprefix("Value error, ")
+            # a URL may hold a password: not echoed
+            given = "" if field.endswith("_url") else f" (given: {error['input']!r})"
+            problems.append((name, f"{message}{given}"))
+        raise ConfigError("settings", problems) from None

@@ -27,17 +27,31 @@ def command(
 ) -> None:
     """Ingest a vendor (`--vendor FILE`, or the file as PATH) or an ad-hoc folder (`PATH --kind mcap|video`)."""
     from pipeline.config import generic_vendor, load_vendor
+    from pipeline.discover import SourceMissingError
+    from pipeline.enums import SourceKind
+    from pipeline.steps.runner import EXECUTORS
     from pipeline.vendor_ingest import ingest_vendor
 
     if vendor_file is None and path is not None and vendor_file_argument(path):
         path, vendor_file = None, path
     if (vendor_file is None) == (path is None):
         raise typer.BadParameter("give either --vendor FILE or PATH --kind KIND")
+    # every argument checked before the catalog is reached, so that a mistake is named as itself
+    if executor not in EXECUTORS:
+        raise typer.BadParameter(f"--executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
+    if settle_s is not None and not settle_s >= 0:
+        raise typer.BadParameter(f"--settle-s must be 0 or more seconds, not {settle_s}")
     if vendor_file is not None:
         vendor = load_vendor(vendor_file)
     else:
-        if kind is None:
-            raise typer.BadParameter("PATH needs --kind mcap|video")
+        kinds = [k.value for k in SourceKind]
+        if kind not in kinds:
+            given = "PATH needs --kind" if kind is None else f"--kind {kind!r} is not a kind;"
+            raise typer.BadParameter(f"{given} one of {', '.join(kinds)}")
+        if not path.exists():
+            raise SourceMissingError(str(path.resolve()))
+        if not path.is_dir():
+            raise typer.BadParameter(f"{path} is a file: PATH is the folder of files to ingest")
         vendor = generic_vendor(kind, str(path.resolve()))
         if include:
             vendor = vendor.model_copy(

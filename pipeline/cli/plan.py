@@ -34,7 +34,9 @@ def command(
     from pipeline.settings import load_settings
     from pipeline.vendor_ingest import discover_vendor
 
-    if (vendor is None) == (vendor_file is None):
+    if vendor is None and vendor_file is None:
+        raise typer.BadParameter("give a vendor: its name, its file, or --vendor FILE")
+    if vendor is not None and vendor_file is not None:
         raise typer.BadParameter("give a vendor (a name or a file) or --vendor FILE, not both")
     settings = load_settings()
     if vendor_file is not None:

@@ -20,7 +20,7 @@ def command(
 ) -> None:
     """Shard a dataset version from its manifest (staged, verified, renamed, then recorded)."""
     import pyarrow.parquet as pq
-    from pydantic import ByteSize, TypeAdapter
+    from pydantic import ValidationError
     from sqlalchemy import select
 
     from pipeline.catalog import make_session_factory, session_scope
@@ -33,7 +33,14 @@ def command(
     name, sep, version = dataset_version.partition("@")
     if not sep or not name or not version:
         raise UnknownChoiceError("dataset version (NAME@VERSION)", dataset_version, ["NAME@VERSION"])
-    target = int(TypeAdapter(ByteSize).validate_python(target_shard_bytes))
+    try:
+        # the step's own field: a size with its unit ("256 MiB", "1GB"), above zero
+        target = int(
+            ShardOptions.model_validate({"target_shard_bytes": target_shard_bytes}).target_shard_bytes
+        )
+    except ValidationError as exc:
+        why = exc.errors()[0]["msg"]
+        raise typer.BadParameter(f"--target-shard-bytes {target_shard_bytes!r}: {why}") from None
     ctx = context()
     with session_scope(make_session_factory(ctx.engine)) as session:
         row = session.execute(

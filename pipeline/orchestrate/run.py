@@ -72,11 +72,12 @@ def discover(ctx: StepContext, vendor: VendorConfig, pipeline_run_id: int) -> di
 
     Returns counts and the listing's URL (what XCom carries); files passed over are counted by reason. A
     source root that does not exist fails the task (:class:`~pipeline.discover.SourceMissingError`) and is
-    recorded on the run as a critical ``source_missing`` entry; a discovery that finds nothing to ingest is
+    recorded on the run as a critical ``source_missing`` entry, one that cannot be listed likewise as
+    ``source_unreachable``; a discovery that finds nothing to ingest is
     recorded as a warning (:meth:`~pipeline.discover.Discovery.emptiness`), so the run ends
     ``succeeded_with_warnings`` instead of green and empty.
     """
-    from pipeline.discover import DiscoveryIssue, SourceMissingError
+    from pipeline.discover import DiscoveryIssue, SourceMissingError, SourceUnreachableError
     from pipeline.steps.ingest import IngestStep
     from pipeline.vendor_ingest import discover_vendor, record_passed_over_files
 
@@ -85,6 +86,9 @@ def discover(ctx: StepContext, vendor: VendorConfig, pipeline_run_id: int) -> di
         found = discover_vendor(vendor, ctx.settings.project_dir_abs)
     except SourceMissingError as exc:
         _note(ctx, pipeline_run_id, [_entry(DiscoveryIssue.SOURCE_MISSING, str(exc), critical=True)])
+        raise
+    except SourceUnreachableError as exc:
+        _note(ctx, pipeline_run_id, [_entry(DiscoveryIssue.SOURCE_UNREACHABLE, str(exc), critical=True)])
         raise
     empty = found.emptiness(url)
     notes = [] if empty is None else [_entry(empty[0], empty[1], critical=False)]

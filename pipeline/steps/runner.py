@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from pipeline.config import VendorConfig
     from pipeline.settings import Settings
 
+#: Where a step runs its items: this process and its workers, or the Ray cluster at ``ray_address``.
+EXECUTORS = ("local", "ray")
+
 log = logging.getLogger(__name__)
 
 #: How long a Ray runner waits for one item before calling the batch stuck. A request whose resources no
@@ -119,7 +122,7 @@ def run_step(
         else:
             from pipeline.errors import UnknownChoiceError
 
-            raise UnknownChoiceError("executor", executor, ("local", "ray"))
+            raise UnknownChoiceError("executor", executor, EXECUTORS)
         for item, result in zip(todo, results, strict=True):
             _tally(summary, item, result)
     summary.seconds = time.monotonic() - started

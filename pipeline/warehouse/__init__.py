@@ -7,7 +7,13 @@
 """
 
 from pipeline.warehouse.connection import WarehouseLimits, open_warehouse
-from pipeline.warehouse.errors import QueryError, SyncSourceError, WarehouseBusyError, WarehouseMissingError
+from pipeline.warehouse.errors import (
+    QueryError,
+    SyncSourceError,
+    WarehouseBusyError,
+    WarehouseMissingError,
+    WarehouseUnreadableError,
+)
 from pipeline.warehouse.query import QueryResult, run_query
 from pipeline.warehouse.replicate import SyncReport, TableSync, sync
 from pipeline.warehouse.views import EPISODE_VIEW
@@ -22,6 +28,7 @@ __all__ = [
     "WarehouseBusyError",
     "WarehouseLimits",
     "WarehouseMissingError",
+    "WarehouseUnreadableError",
     "open_warehouse",
     "run_query",
     "sync",

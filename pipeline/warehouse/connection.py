@@ -35,6 +35,7 @@ from pipeline.warehouse.errors import (
     QueryTimeoutError,
     WarehouseBusyError,
     WarehouseMissingError,
+    WarehouseUnreadableError,
 )
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ def open_warehouse(
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise WarehouseBusyError(path, str(exc).splitlines()[0]) from exc
-        raise
+        raise WarehouseUnreadableError(path, str(exc).splitlines()[0]) from exc
     except duckdb.ConnectionException as exc:
         # this process already holds the file open in the other mode
         raise WarehouseBusyError(path, str(exc).splitlines()[0]) from exc

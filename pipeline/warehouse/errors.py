@@ -26,6 +26,18 @@ class WarehouseMissingError(SluiceError, FileNotFoundError):
         super().__init__(f"no warehouse at {path}; create it with `sluice dataset sync` (or warehouse sync)")
 
 
+class WarehouseUnreadableError(SluiceError):
+    """The warehouse path holds something DuckDB cannot open: a folder, an empty or foreign file, or a
+    database written by a newer DuckDB."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        self.path = path
+        super().__init__(
+            f"warehouse {path} cannot be opened ({detail}); the warehouse is a copy of the catalog: move "
+            "the file aside and build it again with `sluice warehouse sync`"
+        )
+
+
 class SyncSourceError(DatabaseError):
     """The catalog cannot be read for a sync (unreachable, or its schema is behind the code's)."""
 

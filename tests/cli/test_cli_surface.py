@@ -126,6 +126,54 @@ def test_an_ad_hoc_ingest_leaves_the_sidecars_and_piped_tables_are_plain_columns
     assert "source files" in listed.stderr  # the title, off the data stream
 
 
+def test_bad_settings_and_arguments_are_named_before_anything_is_reached(
+    sluice: Sluice, tmp_path: Path
+) -> None:
+    home = {"SLUICE_HOME": str(tmp_path / "home")}
+    warehouse = ["query", "select 1", "--warehouse", str(tmp_path / "w.duckdb")]
+    # a SLUICE_* variable that does not validate is named with what it was given, for every command
+    _clean_error(
+        sluice(warehouse, {**home, "SLUICE_STORE_VERIFY": "bogus"}), "SLUICE_STORE_VERIFY", "'bogus'"
+    )
+    _clean_error(sluice(["status"], {**home, "SLUICE_DATABASE_URL": "notaurl"}), "SLUICE_DATABASE_URL: not a")
+    mysql = sluice(["status"], {**home, "SLUICE_DATABASE_URL": "mysql://me:s3cret@db/x"})
+    _clean_error(mysql, "names 'mysql'")
+    assert "s3cret" not in mysql.stderr  # a URL's password is not echoed
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    _clean_error(sluice(["status"], {"SLUICE_HOME": str(a_file)}), "SLUICE_HOME", "is a file, not a folder")
+
+    # a warehouse file DuckDB cannot open says so and how to get a good one back
+    for bad in (a_file, tmp_path):
+        opened = sluice(["query", "select 1", "--warehouse", str(bad)], home)
+        _clean_error(opened, "cannot be opened", "sluice warehouse sync")
+
+    # arguments are checked before the catalog is reached (there is none here)
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    for args, said in (
+        (["ingest", str(drop), "--kind", "bogus"], "'bogus' is not a kind"),
+        (["ingest", str(drop), "--kind", "mcap", "--executor", "slurm"], "--executor must be one of"),
+        (["ingest", str(drop), "--kind", "mcap", "--settle-s", "-5"], "--settle-s must be 0"),
+        (["ingest", str(a_file), "--kind", "mcap"], "is a file"),
+        (["shard", "a@1", "--target-shard-bytes", "lots"], "--target-shard-bytes 'lots'"),
+        (["shard", "a@1", "--target-shard-bytes", "0"], "greater than 0"),
+        (["plan"], "give a vendor: its name"),
+    ):
+        result = sluice(args, home)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (args, result.stderr)
+        assert said in " ".join(result.stderr.replace("│", " ").split()), (args, result.stderr)
+
+
+def test_a_source_that_cannot_be_listed_is_named_not_a_traceback(sluice: Sluice, tmp_path: Path) -> None:
+    vendor = tmp_path / "far.yaml"
+    vendor.write_text(
+        "name: far\nkind: mcap\nsource: {url: 'http://127.0.0.1:1/drop', settle_s: 0}\ntopics: {}\n"
+    )
+    planned = sluice(["plan", str(vendor)], {"SLUICE_HOME": str(tmp_path / "home")})
+    _clean_error(planned, "source_unreachable", "127.0.0.1:1/drop cannot be listed", "ClientConnectorError")
+
+
 def test_help_shows_no_bool_labels_or_rst_backticks(sluice: Sluice) -> None:
     for args in (["--help"], ["ingest", "--help"], ["files", "list", "--help"]):
         result = sluice(args, {})

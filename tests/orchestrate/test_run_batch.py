@@ -196,6 +196,28 @@ def test_an_empty_source_is_a_recorded_warning_and_a_missing_one_fails_with_sour
     assert str(drop) in by_step[("discover", "source_missing")]["detail"]
 
 
+def test_a_source_that_cannot_be_listed_fails_the_run_with_source_unreachable(
+    ctx: StepContext, drop: Path, tmp_path: Path
+) -> None:
+    from pipeline.discover import SourceUnreachableError
+
+    vendor, run_id = _open(ctx, drop, tmp_path)
+    # a host that refuses the connection: the HTTP client's error, not an empty listing
+    source = vendor.source.model_copy(update={"url": "http://127.0.0.1:1/drop"})
+    vendor = vendor.model_copy(update={"source": source})
+    with pytest.raises(
+        SourceUnreachableError, match=r"source_unreachable: .*127\.0\.0\.1:1/drop cannot be listed"
+    ):
+        discover(ctx, vendor, run_id)
+    failed = [TaskState("validate_conf", -1, "success"), TaskState("discover", -1, "failed")]
+    assert finalize(ctx, vendor, run_id, failed).outcome is RunOutcome.FAILED
+    outcome, warnings = _run_row(ctx, run_id)
+    assert outcome == "failed"
+    recorded = [w for w in warnings if w.get("code") == "source_unreachable"]
+    assert len(recorded) == 1 and recorded[0]["step"] == "discover" and recorded[0]["critical"]
+    assert "Cannot connect" in str(recorded[0]["detail"])
+
+
 #: A DAG task in its own process: opens the run, starts the ingest step (its batch's items recorded as
 #: running), then hangs until it is killed -9, as a worker node that dies mid-run does.
 DOOMED_TASK = r"""
