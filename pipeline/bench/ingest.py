@@ -44,6 +44,7 @@ from typing import Any
 
 import google_crc32c
 
+from pipeline.errors import UnknownChoiceError
 from pipeline.settings import Settings
 from pipeline.store import BLOCK_BYTES
 
@@ -70,9 +71,7 @@ GENERATE_JOBS = 2
 
 def run(size: str, settings: Settings) -> dict[str, Any]:
     """Measure landing (and landing + probing) against sha256 over one cached synthetic drop."""
-    from pipeline.synth import parse_size
-
-    target = DEFAULT_BYTES if size == "default" else parse_size(size)
+    target = drop_bytes(size)
     drop = ensure_drop(settings.home_abs / "bench" / "ingest", target)
     files = sorted(drop.rglob("*.mcap"))
     total = sum(p.stat().st_size for p in files)
@@ -130,6 +129,22 @@ def run(size: str, settings: Settings) -> dict[str, Any]:
 
 
 # -- the drop ----------------------------------------------------------------------------------------------
+
+
+def drop_bytes(size: str) -> int:
+    """The drop's size for ``--size``: ``default`` (:data:`DEFAULT_BYTES`) or a byte size of at least 1."""
+    from pipeline.synth.drop import SizeError, parse_size
+
+    allowed = ("default", "a size of at least 1 byte (e.g. 500MB or 2GB)")
+    if size == "default":
+        return DEFAULT_BYTES
+    try:
+        target = parse_size(size)
+    except SizeError:
+        raise UnknownChoiceError("ingest bench size", size, allowed) from None
+    if target < 1:
+        raise UnknownChoiceError("ingest bench size", size, allowed)
+    return target
 
 
 def ensure_drop(folder: Path, target_bytes: int) -> Path:

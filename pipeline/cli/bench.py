@@ -46,6 +46,8 @@ def command(
     """Run a benchmark against its reference in the same run and write the results as JSON."""
     if name not in BENCHMARKS:
         raise UnknownChoiceError("benchmark", name, BENCHMARKS)
+    if json_path is not None:
+        _prepare_json(json_path)  # before the run: a run of minutes must not end unable to save its results
     from pipeline.settings import load_settings
 
     try:
@@ -90,6 +92,28 @@ def command(
         ["figure", "value"],
         justify_right=["value"],
     )
+
+
+def _prepare_json(path: Path) -> None:
+    """Make the folder of ``path`` and check that it takes a new file; ``typer.BadParameter`` naming the path
+    and why not otherwise."""
+    import tempfile
+
+    from pipeline.paths import make_folder
+
+    def refuse(why: str) -> typer.BadParameter:
+        return typer.BadParameter(f"--json {path} cannot be written: {why}")
+
+    if path.is_dir():
+        raise refuse("it is a directory")
+    why_not = make_folder(path.parent)
+    if why_not is not None:
+        raise refuse(why_not)
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".bench-probe-"):
+            pass
+    except OSError as exc:  # a folder that exists but takes no file: read-only, permission denied
+        raise refuse(f"the filesystem of {path.parent} refused it ({exc.strerror})") from None
 
 
 def _cpus() -> int:

@@ -34,7 +34,9 @@ def command(
     steps: Annotated[
         str | None,
         typer.Option(
-            "--steps", help="Comma-separated steps to run (every other step off), e.g. ingest,quality_pre."
+            "--steps",
+            help="Comma-separated steps to run (every other step off), e.g. ingest,quality_pre; a run with "
+            "every step off is refused.",
         ),
     ] = None,
     conf: Annotated[
@@ -48,7 +50,8 @@ def command(
         bool, typer.Option("--keep-running", help="Leave Postgres and Airflow running afterwards.")
     ] = False,
     timeout_s: Annotated[
-        float | None, typer.Option("--timeout-s", help="Give up following the run after this long.")
+        float | None,
+        typer.Option("--timeout-s", help="Give up following the run after this many seconds (> 0)."),
     ] = None,
 ) -> None:
     """Run a vendor's DAG now through the Airflow scheduler and follow it; exit 0 only if it succeeded."""
@@ -60,6 +63,8 @@ def command(
     from pipeline.settings import load_settings
     from pipeline.steps.runner import build_context
 
+    if timeout_s is not None and not timeout_s > 0:  # not NaN either
+        raise typer.BadParameter(f"--timeout-s {timeout_s:g}: allowed: a number of seconds > 0")
     settings = load_settings()
     folder = vendors_folder(settings).resolve()
     if not vendor_file.is_file():
@@ -85,10 +90,10 @@ def command(
         if not isinstance(extra, dict):
             raise ConfigError("--conf", [("", "must be a JSON object of step toggles")])
     chosen = [s.strip() for s in steps.split(",") if s.strip()] if steps is not None else None
-    toggles = run_conf(vendor, steps=chosen, conf=extra)
+    toggles = run_conf(vendor, steps=chosen, conf=extra)  # refuses a run with every step off
     on = [step for step, enabled in toggles.items() if enabled]
     console.print(
-        f"[bold]{vendor.name}[/]: running {', '.join(on) or 'no step'} (off: "
+        f"[bold]{vendor.name}[/]: running {', '.join(on)} (off: "
         f"{', '.join(s for s, e in toggles.items() if not e) or 'none'})"
     )
     with local_platform(

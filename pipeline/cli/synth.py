@@ -119,7 +119,7 @@ _Out = Annotated[Path, typer.Argument(help="New or empty folder for the drop.")]
 _Seed = Annotated[int, typer.Option(help="Same seed and options, same bytes.")]
 _Size = Annotated[str | None, typer.Option(help="Grow the drop to at least this many bytes (e.g. 2GB).")]
 _Crf = Annotated[int, typer.Option(help="x264 constant rate factor.")]
-_Jobs = Annotated[int | None, typer.Option(help="Worker processes (default: all cores).")]
+_Jobs = Annotated[int | None, typer.Option(min=1, help="Worker processes (default: all cores).")]
 
 
 @app.command()

@@ -191,6 +191,8 @@ def init(
     target = out or Path("dags") / "vendors" / f"{name}.yaml"
     if target.stem != name:
         raise typer.BadParameter(f"the file's name must be the vendor's: {name}.yaml, not {target.name}")
+    if target.is_dir():
+        raise typer.BadParameter(f"--out {target} is a directory; allowed: a file's path")
     if target.exists() and not force:
         raise typer.BadParameter(f"{target} exists; pass --force to overwrite it")
     if not sample.is_file():

@@ -43,7 +43,8 @@ MIN_SKEW_S = 0.05
 
 
 class ProposeError(SluiceError, ValueError):
-    """A sample cannot give a vendor file (it does not read, or holds no topic)."""
+    """A sample cannot give a vendor file (it does not read, or holds no topic), or the file cannot be written
+    where it was asked to be."""
 
 
 @dataclass
@@ -221,17 +222,29 @@ def write_proposal(name: str, sample: Path, source_url: str, target: Path) -> di
     """Propose a vendor file (:func:`propose`), check that it loads, and write it to ``target`` (through
     a file of the vendor's name in a scratch folder beside it, renamed into place)."""
     import os
+    import shutil
     import tempfile
 
     from pipeline.config.loader import load_vendor
+    from pipeline.paths import make_folder
 
-    text, summary = propose(name, sample, source_url)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{name}-init-", dir=target.parent) as scratch:
-        staged = Path(scratch) / f"{name}.yaml"
+    # The scratch folder first: a target that cannot be written is said before the sample is read.
+    why_not = make_folder(target.parent)
+    if why_not is None:
+        try:
+            scratch = Path(tempfile.mkdtemp(prefix=f".{name}-init-", dir=target.parent))
+        except OSError as exc:  # a folder that exists but takes no file: read-only, permission denied
+            why_not = f"the filesystem of {target.parent} refused it ({exc.strerror})"
+    if why_not is not None:
+        raise ProposeError(f"cannot write the vendor file {target}: {why_not}")
+    try:
+        text, summary = propose(name, sample, source_url)
+        staged = scratch / f"{name}.yaml"
         staged.write_text(text)
         load_vendor(staged)  # raises ConfigError: a proposal that does not validate is a bug here
         os.replace(staged, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return summary
 
 

@@ -109,21 +109,27 @@ def run_conf(
     """The conf the trigger form would send: one boolean per step.
 
     ``steps`` lists the steps to run (all others off); ``conf`` sets single toggles on top. Unknown step
-    names and keys are refused (:class:`~pipeline.errors.ConfigError`), before anything is triggered.
+    names and keys are refused (:class:`~pipeline.errors.ConfigError`), before anything is triggered, and so
+    is a conf that leaves every step off: such a run would do nothing and still end green.
     """
     from pipeline.orchestrate.toggles import ALLOWED_CONF_KEYS, validate_conf
 
+    allowed = ", ".join(ALLOWED_CONF_KEYS)
     chosen: dict[str, Any] = {}
     if steps is not None:
         unknown = [s for s in steps if s not in ALLOWED_CONF_KEYS]
         if unknown:
-            raise ConfigError(
-                "--steps",
-                [(s, f"unknown step {s!r}; allowed: {', '.join(ALLOWED_CONF_KEYS)}") for s in unknown],
-            )
+            raise ConfigError("--steps", [(s, f"unknown step {s!r}; allowed: {allowed}") for s in unknown])
         chosen = {step: step in steps for step in ALLOWED_CONF_KEYS}
     chosen.update(conf or {})
-    return validate_conf(vendor, chosen)
+    toggles = validate_conf(vendor, chosen)
+    if not any(toggles.values()):
+        said = "--steps names no step" if steps is not None and not steps else "every step is off"
+        raise ConfigError(
+            f"run of vendor {vendor.name}",
+            [("", f"{said}, so the run would do nothing; turn on at least one of: {allowed}")],
+        )
+    return toggles
 
 
 def trigger_run(

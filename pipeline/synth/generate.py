@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 
 from pipeline.enums import SourceKind
 from pipeline.errors import SluiceError
+from pipeline.paths import make_folder, nearest_existing
 from pipeline.synth import layout
 from pipeline.synth.calibration import NS_PER_S, Calibration, make_calibration
 from pipeline.synth.config import RobotDropConfig, VideoDropConfig
@@ -155,10 +157,35 @@ def _mapper(jobs: int) -> Iterator[Callable[[Callable[[_T], _R], Sequence[_T]], 
         yield lambda fn, items: pool.map(fn, items)
 
 
-def _prepare(out: Path) -> None:
+def _prepare(out: Path, config: RobotDropConfig | VideoDropConfig) -> None:
+    """Refuse, before anything is written, a drop that would hold no file, an ``out`` that cannot be a new or
+    empty folder and a size target beyond the free space of its filesystem; then make the folder."""
+    clean, count = (
+        ("episodes", config.episodes) if isinstance(config, RobotDropConfig) else ("clips", config.clips)
+    )
+    target_size_bytes = config.target_size_bytes
+    if count == 0 and not config.defects and not target_size_bytes:
+        raise SynthError(
+            f"the drop would hold no file: {clean} is 0, with no defect and no size target; allowed: "
+            f"{clean} >= 1, or a defect, or a size target"
+        )
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SynthError(f"output {out} exists and is not an empty folder; allowed: a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
+    existing = nearest_existing(out)
+    if existing.is_dir() and target_size_bytes is not None:
+        free = shutil.disk_usage(existing).free
+        if target_size_bytes > free:
+            raise SynthError(
+                f"the drop's target size {_size_text(target_size_bytes)} exceeds the {_size_text(free)} "
+                f"free on the filesystem of {existing}"
+            )
+    why_not = make_folder(out)
+    if why_not is not None:
+        raise SynthError(f"cannot create output folder {out}: {why_not}")
+
+
+def _size_text(n: int) -> str:
+    return f"{n:,} bytes ({n / 1e9:,.1f} GB)"
 
 
 def _run_robot_defect(item: tuple[RobotDefect, RobotSlot]) -> DropFile:
@@ -197,7 +224,7 @@ def make_robot_drop(
 
     ``on_file`` is called with each file as it is finished (for progress display).
     """
-    _prepare(out)
+    _prepare(out, config)
     planner = _RobotPlanner(config)
     media = config.media()
     clean: list[DropFile] = []
@@ -270,7 +297,7 @@ def make_video_drop(
     out: Path, config: VideoDropConfig, *, jobs: int = 1, on_file: Callable[[DropFile], None] | None = None
 ) -> DropManifest:
     """Write a video-vendor drop into the new or empty folder ``out`` and return its manifest."""
-    _prepare(out)
+    _prepare(out, config)
     media = config.media()
     clean: list[DropFile] = []
     defective: list[DropFile] = []

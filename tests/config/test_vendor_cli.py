@@ -1,4 +1,4 @@
-"""`sluice vendor validate | show | hash | schema`: exit codes and what they print."""
+"""`sluice vendor validate | show | hash | schema | init`: exit codes and what they print."""
 
 from __future__ import annotations
 
@@ -114,3 +114,39 @@ def test_validate_names_a_nan_or_infinite_threshold_as_a_problem(write_vendor, t
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert "quality.pre.max_gap_rate  line 12: input should be a finite number" in result.output
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One short robot log to propose a vendor file from."""
+    from pipeline.synth import RobotDropConfig, make_robot_drop
+
+    drop = tmp_path_factory.mktemp("sample") / "drop"
+    config = RobotDropConfig(episodes=1, seconds=0.5, width=64, height=48)
+    return drop / make_robot_drop(drop, config).files[0].path
+
+
+def test_init_out_that_cannot_be_written_is_one_error_naming_it(tmp_path: Path, sample: Path) -> None:
+    from pipeline.config.propose import ProposeError
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    args = ["init", "x", "--from", str(sample), "--source", str(tmp_path / "drop"), "--out"]
+    result = runner.invoke(app, [*args, str(afile / "x.yaml")])
+    assert isinstance(result.exception, ProposeError), result.exception
+    assert str(result.exception) == (
+        f"cannot write the vendor file {afile / 'x.yaml'}: {afile} is a file, not a directory"
+    )
+    folder = tmp_path / "x.yaml"
+    folder.mkdir()
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, [*args, str(folder), "--force"])  # unfolded
+    assert result.exit_code == 2 and f"--out {folder} is a directory" in result.output, result.output
+    if Path("/proc").is_dir():
+        result = runner.invoke(app, [*args, "/proc/x.yaml"])
+        assert isinstance(result.exception, ProposeError), result.exception
+        assert "cannot write the vendor file /proc/x.yaml: the filesystem of /proc refused it" in str(
+            result.exception
+        )
+    result = runner.invoke(app, [*args, str(tmp_path / "new" / "x.yaml")])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["x.yaml"]  # no scratch folder left

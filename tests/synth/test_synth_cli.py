@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pytest
 from mcap.reader import make_reader
 from typer.testing import CliRunner
 
 from pipeline.cli.synth import app
 from pipeline.errors import ConfigError, UnknownChoiceError
 from pipeline.synth.drop import SizeError, parse_size
+from pipeline.synth.generate import SynthError
 
 runner = CliRunner(env={"COLUMNS": "200"})  # wide enough that rich does not fold file names
 
@@ -86,3 +89,40 @@ def test_parse_size() -> None:
     assert parse_size("500MiB") == 500 * 2**20
     assert parse_size("1.5kb") == 1500
     assert parse_size("1048576") == 1048576
+
+
+#: Options that keep a drop's files small and quick.
+SMALL = ["--seconds", "0.5", "--width", "64", "--height", "48", "--jobs", "1"]
+
+
+@pytest.mark.parametrize(("kind", "count"), [("robot", "--episodes"), ("video", "--clips")])
+def test_a_drop_that_would_hold_no_file_is_refused(tmp_path: Path, kind: str, count: str) -> None:
+    out = tmp_path / "drop"
+    result = runner.invoke(app, [kind, str(out), count, "0", *SMALL])
+    assert isinstance(result.exception, SynthError), result.output
+    assert f"the drop would hold no file: {count.removeprefix('--')} is 0" in str(result.exception)
+    assert not out.exists()
+    # defect files alone are a drop
+    result = runner.invoke(app, [kind, str(out), count, "0", "--defect", "zero_bytes", *SMALL])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "drop.json").read_text())
+    assert [f["defect"] for f in manifest["files"]] == ["zero_bytes"]
+
+
+@pytest.mark.parametrize("kind", ["robot", "video"])
+@pytest.mark.parametrize("jobs", ["0", "-3"])
+def test_jobs_below_one_are_refused(tmp_path: Path, kind: str, jobs: str) -> None:
+    result = runner.invoke(app, [kind, str(tmp_path / "drop"), "--jobs", jobs])
+    assert result.exit_code == 2 and "Invalid value for '--jobs'" in result.output, result.output
+    assert not (tmp_path / "drop").exists()
+
+
+@pytest.mark.parametrize("kind", ["robot", "video"])
+def test_a_size_beyond_the_free_space_is_refused_before_writing(tmp_path: Path, kind: str) -> None:
+    out = tmp_path / "new" / "drop"
+    target = 2 * shutil.disk_usage(tmp_path).free + 1
+    result = runner.invoke(app, [kind, str(out), "--size", str(target), *SMALL])
+    assert isinstance(result.exception, SynthError), result.output
+    message = str(result.exception)
+    assert f"target size {target:,} bytes" in message and f"free on the filesystem of {tmp_path}" in message
+    assert not (tmp_path / "new").exists()

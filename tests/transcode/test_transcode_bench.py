@@ -126,3 +126,21 @@ def test_the_cpu_of_the_pool_processes_is_reported_apart() -> None:
     )
     assert beyond["caller"] == pytest.approx(ours_caller - bare_caller, abs=0.002)
     assert beyond["total"] == pytest.approx(beyond["pool"] + beyond["caller"], abs=0.002)  # one round
+
+
+@pytest.mark.parametrize("size", ["0", "0.1B", "0GB", "tiny", "-5MB"])
+def test_sluice_bench_ingest_refuses_a_size_it_cannot_make_before_any_work(
+    size: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bench command refuses a size of the ingest bench as it does the others (no drop is made)."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(app, ["bench", "ingest", "--size", size])
+    assert isinstance(result.exception, UnknownChoiceError), result.exception
+    assert str(result.exception) == (
+        f"unknown ingest bench size {size!r}; allowed: a size of at least 1 byte (e.g. 500MB or 2GB), default"
+    )
+    assert not (tmp_path / "home").exists()
