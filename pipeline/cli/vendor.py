@@ -50,6 +50,7 @@ def validate(
     from rich.console import Console
     from rich.text import Text
 
+    from pipeline.annotate.registry import annotator_names
     from pipeline.config import config_hash, load_vendor
     from pipeline.errors import ConfigError
 
@@ -78,16 +79,26 @@ def validate(
                 (config_hash(vendor), "dim"),
             )
         )
+        warnings = []
         problem = local_source_problem(vendor, base_dir)
         if problem:
-            warned += 1
-            console.print(
-                Text.assemble("  ", ("warning ", "bold yellow"), ("source.url", "cyan"), "  ", problem)
+            warnings.append(("source.url", problem))
+        known = annotator_names()
+        for name in sorted(set(vendor.annotate.annotators) - set(known)):
+            warnings.append(
+                (
+                    f"annotate.annotators.{name}",
+                    f"not a registered annotator (registered: {', '.join(known)}); the annotate step fails "
+                    "on it unless the deployment registers it (pipeline.annotate.register_annotator)",
+                )
             )
+        warned += bool(warnings)
+        for key_path, message in warnings:
+            console.print(Text.assemble("  ", ("warning ", "bold yellow"), (key_path, "cyan"), "  ", message))
     if warned:
         console.print(
             Text(
-                f"{warned} vendor file(s) valid but with warnings: a run would fail or find nothing",
+                f"{warned} vendor file(s) valid but with warnings: a run would fail, find nothing or fail a step",
                 style="yellow",
             )
         )

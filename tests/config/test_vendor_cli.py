@@ -65,6 +65,29 @@ def test_validate_warns_about_a_local_source_folder_that_is_not_there(
     assert "1 vendor file(s) valid but with warnings" in result.output
 
 
+def test_validate_warns_about_an_annotator_nobody_registered(write_vendor, tiny: str) -> None:
+    typo = write_vendor(
+        tiny
+        + "annotate:\n  annotators:\n    motion_enrgy: {enabled: true, version: '1'}\n    image_stats: {enabled: true, version: '1'}\n",
+        name="tiny",
+    )
+    result = runner.invoke(app, ["validate", str(typo)])
+    assert result.exit_code == 0, (
+        result.output
+    )  # valid: a deployment may register its own before annotate runs
+    (warning,) = [line for line in result.output.splitlines() if line.startswith("  warning ")]
+    assert "annotate.annotators.motion_enrgy  not a registered annotator" in warning
+    assert "motion_energy" in warning  # the names it could have meant
+    assert "1 vendor file(s) valid but with warnings" in result.output
+    from pipeline.annotate import register_annotator, unregister_annotator
+
+    register_annotator("motion_enrgy", "pipeline.annotate.video:MotionEnergy")
+    try:
+        assert "warning" not in runner.invoke(app, ["validate", str(typo)]).output
+    finally:
+        unregister_annotator("motion_enrgy")
+
+
 def test_validate_missing_file_exits_1(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", str(tmp_path / "absent.yaml")])
     assert result.exit_code == 1 and "cannot read the file" in result.output
