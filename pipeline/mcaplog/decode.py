@@ -163,8 +163,9 @@ def _ros2_decoder(name: str, data: bytes) -> Callable[[bytes], Any]:
 
     chatter = io.StringIO()
     try:
-        # The ROS 2 schema parser prints to stdout on definitions it cannot parse; keep that in the log.
-        with contextlib.redirect_stdout(chatter):
+        # The ROS 2 schema parser prints on definitions it cannot parse (the field line, to stderr: a
+        # service's '---', say); keep that in the log, off the user's terminal.
+        with contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
             decoder = DecoderFactory().decoder_for(
                 "cdr", Schema(id=1, name=name, encoding="ros2msg", data=data)
             )

@@ -81,3 +81,17 @@ def test_ros2_messages_decode_from_a_real_bag() -> None:
     )
     decoded = [decode_message(s, c, m.data) for s, c, m in iter_messages(bag, ["/topic"])]
     assert len(decoded) == 10 and all(d.data.startswith("Hello, world!") for d in decoded)
+
+
+def test_a_ros2_definition_the_parser_refuses_is_a_decode_error_and_nothing_on_the_terminal(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # a service's request and response, as rosbag2 records a service event's types: the vendored rosidl
+    # parser prints the line it cannot read before it raises
+    schema = Schema(
+        id=1, name="example_interfaces/srv/AddTwoInts", encoding="ros2msg", data=b"int64 a\n---\n"
+    )
+    with pytest.raises(DecodeError, match="ros2 schema example_interfaces/srv/AddTwoInts"):
+        decode_message(schema, _channel("cdr"), b"\x00\x01\x00\x00")
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
