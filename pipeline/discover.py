@@ -38,9 +38,10 @@ class SourceMissingError(SluiceError):
     """The vendor's source root does not exist (or is not a folder): a typo in ``source.url``, an unmounted
     volume, a bucket prefix never written. A run must fail on it, never list nothing and succeed."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, is_file: bool = False) -> None:
         self.root = root
-        super().__init__(f"source_missing: the vendor's source folder {root} does not exist")
+        said = "is a file, not a folder" if is_file else "does not exist"
+        super().__init__(f"source_missing: the vendor's source folder {root} {said}")
 
 
 class SourceUnreachableError(InfrastructureError):
@@ -187,7 +188,9 @@ def discover(
     with _reaching(root):
         is_folder = fs.isdir(root)
     if not is_folder:
-        raise SourceMissingError(root)
+        with _reaching(root):
+            is_file = fs.isfile(root)
+        raise SourceMissingError(root, is_file=is_file)
     local = isinstance(fs, LocalFileSystem)
     real_root = os.path.realpath(root) if local else root
     result = Discovery()

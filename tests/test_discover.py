@@ -104,7 +104,7 @@ def test_a_missing_root_is_an_error_not_an_empty_listing(tmp_path: Path) -> None
     with pytest.raises(SourceMissingError, match="does not exist"):
         discover(LOCAL, str(tmp_path / "no_such_drop"), settle_s=0)
     (tmp_path / "a_file").write_bytes(b"x")
-    with pytest.raises(SourceMissingError):
+    with pytest.raises(SourceMissingError, match="a_file is a file, not a folder"):
         discover(LOCAL, str(tmp_path / "a_file"), settle_s=0)
     (tmp_path / "empty").mkdir()
     assert discover(LOCAL, str(tmp_path / "empty"), settle_s=0).candidates == []

@@ -226,9 +226,13 @@ def step_database_url(settings: Settings) -> str:
     try:
         passwords = json.loads((cluster.root / ROLES_FILE).read_text())
     except FileNotFoundError:
+        # migrate needs the cluster running: name both steps when it is not
+        steps = (
+            "`sluice db migrate`" if cluster.status().running else "`sluice db up`, then `sluice db migrate`"
+        )
         raise RoleSetupError(
             f"the catalog's roles are not set up on the local cluster ({cluster.root / ROLES_FILE} is "
-            "missing): run `sluice db migrate`"
+            f"missing): run {steps}"
         ) from None
     return role_urls(cluster.url(), passwords["writer"], passwords["reader"]).writer_url
 

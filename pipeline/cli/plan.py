@@ -65,6 +65,10 @@ def command(
                     "source": url,
                     "batches": batches,
                     "warnings": [] if empty is None else [empty[1]],
+                    "passed_over": [
+                        {"path": p.path, "why": p.why, "detail": p.detail} for p in found.passed_over
+                    ],
+                    "unselected": found.unselected,
                     **planned.figures,
                 },
                 indent=2,
@@ -75,6 +79,13 @@ def command(
         f"{config.name}: {len(found.candidates)} ready file(s) under {url}, {len(found.passed_over)} passed "
         f"over, {found.unselected} left out by the globs"
     )
+    if found.passed_over:
+        # what a run would leave for later (still uploading) or never take (a link out of the root, ...)
+        print_table(
+            "passed over",
+            [{"path": p.path, "why": p.why, "detail": p.detail} for p in found.passed_over],
+            ["path", "why", "detail"],
+        )
     print_table(
         f"plan: {len(planned.batches)} batch(es)",
         [

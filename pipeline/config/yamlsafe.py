@@ -215,7 +215,7 @@ def parse_strict_yaml(text: str) -> YamlTree:
     except yaml.YAMLError as exc:
         raise YamlRefused((), None, f"not valid YAML: {exc}") from None
     if not root_seen or tree.data is None:
-        raise YamlRefused((), None, "the file is empty: a vendor config is a mapping of keys")
+        raise YamlRefused((), None, "the file is empty: a config file is a mapping of keys")
     return tree
 
 

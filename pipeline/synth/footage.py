@@ -104,7 +104,7 @@ def _footage_frames(
     import av
 
     if not Path(path).is_file():
-        raise FootageError(path, "no such file")
+        raise FootageError(path, "a folder, not a video file" if Path(path).is_dir() else "no such file")
     frames: list[np.ndarray] = []
     try:
         with av.open(path) as container:

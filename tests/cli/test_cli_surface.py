@@ -143,6 +143,9 @@ def test_bad_settings_and_arguments_are_named_before_anything_is_reached(
     a_file.write_text("not a folder")
     _clean_error(sluice(["status"], {"SLUICE_HOME": str(a_file)}), "SLUICE_HOME", "is a file, not a folder")
 
+    # no local cluster yet: the hint names both steps, in order
+    _clean_error(sluice(["files", "list"], home), "run `sluice db up`, then `sluice db migrate`")
+
     # a warehouse file DuckDB cannot open says so and how to get a good one back
     for bad in (a_file, tmp_path):
         opened = sluice(["query", "select 1", "--warehouse", str(bad)], home)
@@ -172,6 +175,27 @@ def test_a_source_that_cannot_be_listed_is_named_not_a_traceback(sluice: Sluice,
     )
     planned = sluice(["plan", str(vendor)], {"SLUICE_HOME": str(tmp_path / "home")})
     _clean_error(planned, "source_unreachable", "127.0.0.1:1/drop cannot be listed", "ClientConnectorError")
+
+
+def test_plan_names_the_files_it_passes_over_and_why(sluice: Sluice, tmp_path: Path) -> None:
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    (drop / "ok.mcap").write_bytes(b"x" * 1000)
+    outside = tmp_path / "elsewhere.mcap"
+    outside.write_bytes(b"y" * 10)
+    (drop / "link.mcap").symlink_to(outside)
+    os.mkfifo(drop / "pipe.mcap")
+    vendor = tmp_path / "near.yaml"
+    vendor.write_text(f"name: near\nkind: mcap\nsource: {{url: {drop}, settle_s: 0}}\ntopics: {{}}\n")
+    home = {"SLUICE_HOME": str(tmp_path / "home")}
+    shown = sluice(["plan", str(vendor), "--no-settle"], home)
+    assert shown.returncode == 0, shown.stderr
+    assert "1 ready file(s)" in shown.stdout and "2 passed over" in shown.stdout
+    rows = {line.split()[0]: line.split()[1] for line in shown.stdout.splitlines() if ".mcap" in line}
+    assert rows == {"link.mcap": "outside_root", "pipe.mcap": "not_regular"}
+    listed = json.loads(sluice(["plan", str(vendor), "--no-settle", "--json"], home).stdout)
+    assert {p["path"]: p["why"] for p in listed["passed_over"]} == rows
+    assert [f for b in listed["batches"] for f in b["files"]] == ["ok.mcap"]
 
 
 def test_help_shows_no_bool_labels_or_rst_backticks(sluice: Sluice) -> None:

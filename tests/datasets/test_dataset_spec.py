@@ -70,6 +70,8 @@ def test_a_good_spec_loads_and_hashes_canonically(tmp_path: Path) -> None:
         ("name: demo\nsample: {fraction: 0}\n", "sample.fraction", "greater than 0"),
         ("name: demo\nfilter: {where: x = $v, params: {v: yes}}\n", "filter.params.v", "ambiguous"),
         ("name: demo\nlimits: &a {max_episodes: 3}\n", "", "anchors are not allowed"),
+        ("", "", "the file is empty: a config file is a mapping"),  # not "a vendor config"
+        ("- demo\n", "", "a dataset spec is a mapping of keys"),
     ],
 )
 def test_bad_specs_are_refused_with_their_key_path(

@@ -94,6 +94,8 @@ def test_bad_footage_is_a_clear_error(corpus_dir: Path, tmp_path: Path) -> None:
         check_footage(corpus_dir / "video/sample_audio_only.mp4")
     with pytest.raises(FootageError, match="no such file"):
         check_footage(tmp_path / "missing.mp4")
+    with pytest.raises(FootageError, match="a folder, not a video file"):
+        check_footage(tmp_path)
     result = runner.invoke(
         app, ["robot", str(tmp_path / "d"), "--footage", str(corpus_dir / "video/sample_audio_only.mp4")]
     )
