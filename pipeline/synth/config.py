@@ -20,7 +20,7 @@ from pipeline.synth.video import ClipMedia
 class RobotDropConfig(BaseModel):
     """A robot-log drop: ``episodes`` clean episodes (more to reach ``target_size_bytes``), one per defect."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     episodes: int = Field(3, ge=0, description="Clean episodes, at least; --size may add more.")
     seconds: float = Field(2.0, gt=0, le=7200, description="Length of each episode.")
@@ -84,7 +84,7 @@ class RobotDropConfig(BaseModel):
 class VideoDropConfig(BaseModel):
     """A video drop: ``clips`` clean MP4 clips (more to reach ``target_size_bytes``), one file per defect."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     clips: int = Field(3, ge=0)
     seconds: float = Field(2.0, gt=0, le=7200)

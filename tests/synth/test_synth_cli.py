@@ -82,6 +82,9 @@ def test_bad_options_name_the_allowed_values(tmp_path: Path) -> None:
     assert isinstance(result.exception, UnknownChoiceError) and "ros2-jpeg" in str(result.exception)
     result = runner.invoke(app, ["robot", str(tmp_path / "c"), "--size", "lots"])
     assert isinstance(result.exception, SizeError) and "GiB" in str(result.exception)
+    for kind, option in (("robot", "--seconds"), ("video", "--fps")):
+        result = runner.invoke(app, [kind, str(tmp_path / "e"), option, "nan"])
+        assert isinstance(result.exception, ConfigError) and "finite number" in str(result.exception)
 
 
 def test_parse_size() -> None:
