@@ -74,7 +74,13 @@ def command(
     results.setdefault("bench", name)
     results.setdefault("size", size)
     results.setdefault(
-        "machine", {"python": platform.python_version(), "cpus": _cpus(), "node": platform.node()}
+        "machine",
+        {
+            "python": platform.python_version(),
+            "cpus": _cpus(),
+            "cpu_model": _cpu_model(),
+            "node": platform.node(),
+        },
     )
     results.setdefault("wall_s", round(time.time() - started, 3))
     if json_path is not None:
@@ -114,6 +120,20 @@ def _prepare_json(path: Path) -> None:
             pass
     except OSError as exc:  # a folder that exists but takes no file: read-only, permission denied
         raise refuse(f"the filesystem of {path.parent} refused it ({exc.strerror})") from None
+
+
+def _cpu_model() -> str | None:
+    """The processor's name as the kernel reports it (a VM's host can change between runs, and with it the
+    codec's speed: results from different hosts do not pool)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def _cpus() -> int:

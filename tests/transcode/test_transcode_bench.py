@@ -55,6 +55,8 @@ def test_sluice_bench_transcode_source_jpeg_writes_its_results(tmp_path: Path) -
     assert result.exit_code == 0, result.output
     saved = json.loads(out.read_text())
     assert saved["bench"] == "transcode" and saved["source"]["format"] == "jpeg"
+    # the host's processor is named: runs on different hosts do not pool
+    assert saved["machine"]["cpu_model"] and saved["machine"]["cpus"] >= 1
     assert "payload_ratio_vs_jpeg" in result.output
     refused = CliRunner().invoke(app, ["bench", "plan", "--source", "jpeg"])
     assert refused.exit_code == 2 and "--source is an option of the transcode bench" in refused.output
