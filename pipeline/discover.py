@@ -84,6 +84,10 @@ class PassedOver:
     why: PassOverReason
     detail: str
 
+    def as_dict(self) -> dict[str, str]:
+        """The record as reports and listings carry it."""
+        return {"path": self.path, "why": self.why.value, "detail": self.detail}
+
 
 @dataclass
 class Discovery:
@@ -254,25 +258,75 @@ def _local_refusal(full_path: str, real_root: str) -> tuple[PassOverReason, str]
     return None
 
 
+def _client_errors() -> tuple[type[BaseException], ...]:
+    """What the storage clients raise when a source cannot be reached or read: OSError (refused connections,
+    permission, timeouts; s3fs maps S3's access denied to PermissionError), and the clients' own roots for
+    the rest (botocore's missing credentials, aiohttp's HTTP errors). A TypeError from bad
+    ``storage_options`` or a bug is none of these and stays what it is."""
+    errors: list[type[BaseException]] = [OSError]
+    with contextlib.suppress(ImportError):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        errors += [BotoCoreError, ClientError]
+    with contextlib.suppress(ImportError):
+        from aiohttp import ClientError as HttpClientError
+
+        errors.append(HttpClientError)
+    return tuple(errors)
+
+
 @contextlib.contextmanager
 def _reaching(root: str) -> Iterator[None]:
-    """Whatever a filesystem client raises while it lists ``root`` (botocore, aiohttp, OSError: each backend
-    has its own errors) as :class:`SourceUnreachableError`, with the client's own words."""
+    """What a storage client raises while it lists ``root`` (:func:`_client_errors`) as
+    :class:`SourceUnreachableError`, with the client's own words."""
     try:
         yield
-    except Exception as exc:
+    except _client_errors() as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise SourceUnreachableError(
             root, f"{type(exc).__name__}: {first}" if first else type(exc).__name__
         ) from exc
 
 
+def _raise_unless_vanished(exc: BaseException) -> None:
+    """A folder that vanished between two listings is passed (what it held was in flux); any other failure
+    to list one is raised: a drop's files must not go missing from a listing without a word."""
+    if not isinstance(exc, FileNotFoundError):
+        raise exc
+
+
+def _find_all(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, dict[str, Any]]:
+    """``fs.find(root, withdirs=False, detail=True)`` with a folder that cannot be listed raised, not
+    omitted. fsspec's ``find`` walks folder by folder and omits every folder whose listing fails; its
+    ``walk(on_error=...)`` applies the choice to the top folder only (fsspec 2025.x does not pass it down),
+    so this walks one level at a time."""
+    found: dict[str, dict[str, Any]] = {}
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        for _, dirs, files in fs.walk(folder, maxdepth=1, detail=True, on_error=_raise_unless_vanished):
+            found.update({info["name"]: info for info in files.values()})
+            pending += [info["name"].rstrip("/") for info in dirs.values()]
+    return dict(sorted(found.items()))
+
+
+def _walks(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs.find`` is fsspec's own, which lists folder by folder through ``walk`` and omits a
+    folder it cannot list (s3fs lists a prefix in one call and raises on failure)."""
+    from fsspec.asyn import AsyncFileSystem
+    from fsspec.spec import AbstractFileSystem
+
+    if isinstance(fs, AsyncFileSystem):
+        return type(fs)._find is AsyncFileSystem._find
+    return type(fs).find is AbstractFileSystem.find
+
+
 def _listing(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, dict[str, Any]]:
     with _reaching(root):
-        found = fs.find(root, withdirs=False, detail=True)
+        found = _find_all(fs, root) if _walks(fs) else fs.find(root, withdirs=False, detail=True)
     listing: dict[str, dict[str, Any]] = {}
     for path, info in found.items():
-        mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+        mtime: Any = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
         if hasattr(mtime, "timestamp"):
             mtime = mtime.timestamp()
         listing[path] = {"size": int(info.get("size") or 0), "mtime": mtime}

@@ -6,6 +6,7 @@ resulting :class:`Settings` is passed down. Library code never reads the environ
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -90,7 +91,8 @@ class Settings(BaseSettings):
     @field_validator("home")
     @classmethod
     def _home_is_a_folder(cls, home: Path) -> Path:
-        if home.exists() and not home.is_dir():
+        # os.path: a home under a folder this user cannot enter is said later, by what tries to use it
+        if os.path.exists(home.expanduser()) and not os.path.isdir(home.expanduser()):
             raise ValueError(f"{home} is a file, not a folder")
         return home
 
@@ -99,7 +101,7 @@ class Settings(BaseSettings):
     def _postgres_url(cls, url: str | None) -> str | None:
         """A URL SQLAlchemy parses and that names Postgres, checked here rather than at the first connect (where
         a typo surfaced as SQLAlchemy's or a missing driver's traceback)."""
-        if url is None:
+        if not url:  # unset, or set empty for one command (`SLUICE_DATABASE_URL= sluice ...`): the default
             return None
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
@@ -112,7 +114,7 @@ class Settings(BaseSettings):
             ) from None
         if parsed.get_backend_name() != "postgresql":
             raise ValueError(
-                f"names {parsed.get_backend_name()!r}; Sluice's catalog is Postgres (postgresql://...)"
+                f"names {parsed.get_backend_name()!r}; Sluice's databases are Postgres (postgresql://...)"
             )
         return url
 

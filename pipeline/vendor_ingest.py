@@ -83,8 +83,9 @@ def ingest_vendor(
 ) -> IngestReport:
     """Discover, ingest and (unless ``gate`` is False) pre-gate every ready file of a vendor.
 
-    A source root that does not exist raises :class:`~pipeline.discover.SourceMissingError`; one that gives
-    nothing to ingest is named in the report's ``warnings``.
+    A source root that does not exist raises :class:`~pipeline.discover.SourceMissingError`, one that cannot
+    be listed :class:`~pipeline.discover.SourceUnreachableError`; one that gives nothing to ingest is named
+    in the report's ``warnings``.
 
     Safe to run again (files already done are skipped) and to run twice at once (registration is
     serialised per vendor in the catalog). Raises :class:`pipeline.steps.runner.StepFailedError` when some
@@ -98,7 +99,7 @@ def ingest_vendor(
         vendor=vendor.name,
         discovered=len(found.candidates),
         discovered_bytes=found.total_bytes,
-        passed_over=[{"path": p.path, "why": p.why, "detail": p.detail} for p in found.passed_over],
+        passed_over=[p.as_dict() for p in found.passed_over],
         unselected=found.unselected,
         warnings=[] if empty is None else [empty[1]],
     )

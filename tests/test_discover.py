@@ -108,3 +108,45 @@ def test_a_missing_root_is_an_error_not_an_empty_listing(tmp_path: Path) -> None
         discover(LOCAL, str(tmp_path / "a_file"), settle_s=0)
     (tmp_path / "empty").mkdir()
     assert discover(LOCAL, str(tmp_path / "empty"), settle_s=0).candidates == []
+
+
+class _Failing(fsspec.implementations.local.LocalFileSystem):
+    """A local filesystem whose listing of one folder fails as a client can (permission, a vanished folder)."""
+
+    cachable = False
+
+    def __init__(self, folder: str, error: OSError) -> None:
+        super().__init__()
+        self.folder, self.error = folder, error
+
+    def ls(self, path: str, detail: bool = False, **kwargs: object) -> list:  # type: ignore[override,type-arg]
+        if path.rstrip("/") == self.folder:
+            raise self.error
+        return super().ls(path, detail=detail, **kwargs)
+
+
+def test_a_folder_that_cannot_be_listed_fails_discovery_and_a_vanished_one_is_passed(tmp_path: Path) -> None:
+    from pipeline.discover import SourceUnreachableError
+
+    for name in ("a/x.mcap", "locked/y.mcap"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    locked = str(tmp_path / "locked")
+    # fsspec's walk would omit the folder and its files without a word: the run must not end green without them
+    refused = _Failing(locked, PermissionError(13, "Permission denied", locked))
+    with pytest.raises(SourceUnreachableError, match=r"PermissionError: .*Permission denied"):
+        discover(refused, str(tmp_path), settle_s=0)
+    # a folder deleted between the listing of its parent and its own: what it held was in flux
+    gone = _Failing(locked, FileNotFoundError(2, "No such file or directory", locked))
+    assert [c.path for c in discover(gone, str(tmp_path), settle_s=0).candidates] == ["a/x.mcap"]
+
+
+def test_a_client_bug_is_not_called_an_unreachable_source(tmp_path: Path) -> None:
+    class Broken(fsspec.implementations.local.LocalFileSystem):
+        cachable = False
+
+        def isdir(self, path: str) -> bool:
+            raise TypeError("unexpected keyword argument 'regoin'")  # a typo in storage_options, say
+
+    with pytest.raises(TypeError, match="regoin"):
+        discover(Broken(), str(tmp_path), settle_s=0)

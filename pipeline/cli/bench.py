@@ -46,8 +46,6 @@ def command(
     """Run a benchmark against its reference in the same run and write the results as JSON."""
     if name not in BENCHMARKS:
         raise UnknownChoiceError("benchmark", name, BENCHMARKS)
-    if json_path is not None:
-        _prepare_json(json_path)  # before the run: a run of minutes must not end unable to save its results
     from pipeline.settings import load_settings
 
     try:
@@ -69,6 +67,8 @@ def command(
         if name != "read":
             raise typer.BadParameter(f"--footage is an option of the read bench, not of {name}")
         options["footage"] = footage
+    if json_path is not None:
+        _prepare_json(json_path)  # before the run: a run of minutes must not end unable to save its results
     started = time.time()
     results = module.run(size=size, settings=load_settings(), **options)
     results.setdefault("bench", name)
@@ -103,15 +103,18 @@ def command(
 def _prepare_json(path: Path) -> None:
     """Make the folder of ``path`` and check that it takes a new file; ``typer.BadParameter`` naming the path
     and why not otherwise."""
+    import os
     import tempfile
 
-    from pipeline.paths import make_folder
+    from pipeline.paths import make_folder, refusal
 
     def refuse(why: str) -> typer.BadParameter:
         return typer.BadParameter(f"--json {path} cannot be written: {why}")
 
-    if path.is_dir():
+    if os.path.isdir(path):
         raise refuse("it is a directory")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise refuse("the file is read-only")
     why_not = make_folder(path.parent)
     if why_not is not None:
         raise refuse(why_not)
@@ -119,7 +122,7 @@ def _prepare_json(path: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".bench-probe-"):
             pass
     except OSError as exc:  # a folder that exists but takes no file: read-only, permission denied
-        raise refuse(f"the filesystem of {path.parent} refused it ({exc.strerror})") from None
+        raise refuse(refusal(path.parent, exc)) from None
 
 
 def _cpu_model() -> str | None:

@@ -48,10 +48,8 @@ def command(
         if kind not in kinds:
             given = "PATH needs --kind" if kind is None else f"--kind {kind!r} is not a kind;"
             raise typer.BadParameter(f"{given} one of {', '.join(kinds)}")
-        if not path.exists():
-            raise SourceMissingError(str(path.resolve()))
-        if not path.is_dir():
-            raise typer.BadParameter(f"{path} is a file: PATH is the folder of files to ingest")
+        if not path.is_dir():  # said as a vendor's source is, before the catalog is reached
+            raise SourceMissingError(str(path.resolve()), is_file=path.exists())
         vendor = generic_vendor(kind, str(path.resolve()))
         if include:
             vendor = vendor.model_copy(

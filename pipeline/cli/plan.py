@@ -65,9 +65,7 @@ def command(
                     "source": url,
                     "batches": batches,
                     "warnings": [] if empty is None else [empty[1]],
-                    "passed_over": [
-                        {"path": p.path, "why": p.why, "detail": p.detail} for p in found.passed_over
-                    ],
+                    "passed_over": [p.as_dict() for p in found.passed_over],
                     "unselected": found.unselected,
                     **planned.figures,
                 },
@@ -83,7 +81,7 @@ def command(
         # what a run would leave for later (still uploading) or never take (a link out of the root, ...)
         print_table(
             "passed over",
-            [{"path": p.path, "why": p.why, "detail": p.detail} for p in found.passed_over],
+            [p.as_dict() for p in found.passed_over],
             ["path", "why", "detail"],
         )
     print_table(

@@ -47,12 +47,16 @@ def validate(
     base_dir: BaseDir = None,
 ) -> None:
     """Validate vendor files: every problem with its key path; exit 1 if any file is invalid."""
+    import difflib
+
     from rich.console import Console
     from rich.text import Text
 
     from pipeline.annotate.registry import annotator_names
     from pipeline.config import config_hash, load_vendor
     from pipeline.errors import ConfigError
+    from pipeline.orchestrate.names import STEP_ORDER
+    from pipeline.orchestrate.toggles import NO_STEP
 
     console = Console(soft_wrap=True, highlight=False)
     targets = _expand(files)
@@ -83,13 +87,18 @@ def validate(
         problem = local_source_problem(vendor, base_dir)
         if problem:
             warnings.append(("source.url", problem))
+        if not any(vendor.steps[step].enabled for step in STEP_ORDER):
+            warnings.append(("steps", f"{NO_STEP}: a run that turns none on is refused"))
         known = annotator_names()
-        for name in sorted(set(vendor.annotate.annotators) - set(known)):
+        enabled = {name for name, config in vendor.annotate.annotators.items() if config.enabled}
+        for name in sorted(enabled - set(known)):
+            near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"did you mean {near[0]!r}? " if near else ""
             warnings.append(
                 (
                     f"annotate.annotators.{name}",
-                    f"not a registered annotator (registered: {', '.join(known)}); the annotate step fails "
-                    "on it unless the deployment registers it (pipeline.annotate.register_annotator)",
+                    f"not a registered annotator ({hint}registered: {', '.join(known)}); the annotate step "
+                    "fails on it unless the deployment registers it (pipeline.annotate.register_annotator)",
                 )
             )
         warned += bool(warnings)

@@ -226,7 +226,7 @@ def write_proposal(name: str, sample: Path, source_url: str, target: Path) -> di
     import tempfile
 
     from pipeline.config.loader import load_vendor
-    from pipeline.paths import make_folder
+    from pipeline.paths import make_folder, refusal
 
     # The scratch folder first: a target that cannot be written is said before the sample is read.
     why_not = make_folder(target.parent)
@@ -234,7 +234,7 @@ def write_proposal(name: str, sample: Path, source_url: str, target: Path) -> di
         try:
             scratch = Path(tempfile.mkdtemp(prefix=f".{name}-init-", dir=target.parent))
         except OSError as exc:  # a folder that exists but takes no file: read-only, permission denied
-            why_not = f"the filesystem of {target.parent} refused it ({exc.strerror})"
+            why_not = refusal(target.parent, exc)
     if why_not is not None:
         raise ProposeError(f"cannot write the vendor file {target}: {why_not}")
     try:

@@ -105,7 +105,7 @@ def discover(ctx: StepContext, vendor: VendorConfig, pipeline_run_id: int) -> di
         "candidates": [
             {"path": c.path, "size_bytes": c.size_bytes, "mtime": c.mtime} for c in found.candidates
         ],
-        "passed_over": [{"path": p.path, "why": p.why, "detail": p.detail} for p in found.passed_over],
+        "passed_over": [p.as_dict() for p in found.passed_over],
         "unselected": found.unselected,
     }
     uri = artifacts.write_json(ctx.store, artifacts.discovery_key(pipeline_run_id), listing)

@@ -27,7 +27,9 @@ def validate_conf(vendor: VendorConfig, conf: Mapping[str, object] | None) -> di
     """The run's toggles, one per step in pipeline order: the conf's value, else the vendor's default.
 
     Raises :class:`~pipeline.errors.ConfigError` listing every unknown key (with the closest allowed key
-    when one is near) and every value that is not a boolean.
+    when one is near) and every value that is not a boolean, and for a run with every step off: it would
+    ingest nothing and still end green (the trigger form, a schedule of a vendor whose file turns every
+    step off, and ``sluice run`` alike).
     """
     conf = dict(conf or {})
     problems: list[tuple[str, str]] = []
@@ -43,10 +45,20 @@ def validate_conf(vendor: VendorConfig, conf: Mapping[str, object] | None) -> di
             problems.append((key, f"{conf[key]!r} is not a boolean; allowed: true, false"))
     if problems:
         raise ConfigError(f"run conf of vendor {vendor.name}", problems)
-    return {
+    toggles = {
         step.value: bool(conf[step.value]) if step.value in conf else vendor.steps[step].enabled
         for step in STEP_ORDER
     }
+    if not any(toggles.values()):
+        raise ConfigError(
+            f"run conf of vendor {vendor.name}",
+            [("", f"{NO_STEP}; turn on at least one of: {allowed}")],
+        )
+    return toggles
+
+
+#: Why a run with every step off is refused.
+NO_STEP = "every step is off, so the run would do nothing"
 
 
 def toggle_description(vendor: VendorConfig, step: StepName) -> str:

@@ -206,8 +206,9 @@ def warehouse_points(
 ) -> QualitySeries:
     """The points of ``figure`` from the warehouse (read-only, sandboxed), newest first.
 
-    Raises :class:`~pipeline.warehouse.WarehouseMissingError` when it was never synced and
-    :class:`~pipeline.warehouse.WarehouseBusyError` while a sync holds it.
+    Raises :class:`~pipeline.warehouse.WarehouseMissingError` when it was never synced,
+    :class:`~pipeline.warehouse.WarehouseBusyError` while a sync holds it and
+    :class:`~pipeline.warehouse.WarehouseUnreadableError` when DuckDB cannot open the file.
     """
     from pipeline.warehouse import open_warehouse
     from pipeline.warehouse.connection import WarehouseLimits, statement_deadline
@@ -234,17 +235,17 @@ def quality_series(
 ) -> dict[Figure, QualitySeries]:
     """Every figure: from the warehouse when one is given and readable, else from the catalog.
 
-    A warehouse that is missing, held by a sync, or older than its views (a failed query) is passed over
-    for the catalog, which always answers.
+    A warehouse that is missing, held by a sync, not a file DuckDB can open, or older than its views (a
+    failed query) is passed over for the catalog, which always answers.
     """
     if warehouse_path is not None:
         import duckdb
 
-        from pipeline.warehouse import WarehouseBusyError, WarehouseMissingError
+        from pipeline.warehouse import WarehouseBusyError, WarehouseMissingError, WarehouseUnreadableError
 
         try:
             return {f: warehouse_points(warehouse_path, f, vendor=vendor, limit=limit) for f in Figure}
-        except (WarehouseMissingError, WarehouseBusyError) as exc:
+        except (WarehouseMissingError, WarehouseBusyError, WarehouseUnreadableError) as exc:
             log.info("quality figures from the catalog: %s", exc)
         except duckdb.Error as exc:
             log.warning("quality figures from the catalog: the warehouse query failed: %s", exc)

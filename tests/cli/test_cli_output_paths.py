@@ -88,6 +88,21 @@ def test_bench_json_that_is_a_directory_or_refused_by_the_filesystem_is_refused_
     clean_error(result, f"--json {under_proc / 'x.json'} cannot be written", "refused it")
 
 
+@pytest.mark.usefixtures("no_bench_run")
+def test_bench_json_in_a_folder_that_takes_no_file_is_refused_and_a_refused_option_makes_no_folder(
+    tmp_path: Path,
+) -> None:
+    # sysfs: the folder exists, but not even root may create a file in it
+    result = runner.invoke(app, ["bench", "plan", "--size", "small", "--json", "/sys/kernel/x.json"])
+    clean_error(
+        result, "--json /sys/kernel/x.json cannot be written", "the filesystem of /sys/kernel refused it"
+    )
+    out = tmp_path / "new" / "x.json"
+    result = runner.invoke(app, ["bench", "plan", "--source", "jpeg", "--json", str(out)])
+    assert result.exit_code == 2 and "--source is an option of the transcode bench" in result.output
+    assert not (tmp_path / "new").exists()  # the options are checked before the destination is made
+
+
 def test_bench_json_in_a_new_folder_is_written_and_the_check_leaves_nothing_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

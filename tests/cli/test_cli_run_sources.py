@@ -98,9 +98,9 @@ def quiet_vendor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.parametrize(
     ("options", "said"),
     [
-        (["--steps", ""], "--steps names no step"),
-        (["--steps", ","], "--steps names no step"),
-        (["--steps", " , "], "--steps names no step"),
+        (["--steps", ""], "every step is off"),
+        (["--steps", ","], "every step is off"),
+        (["--steps", " , "], "every step is off"),
         (["--steps", "ingest", "--conf", '{"ingest": false}'], "every step is off"),
     ],
 )

@@ -151,6 +151,12 @@ def test_bad_settings_and_arguments_are_named_before_anything_is_reached(
         opened = sluice(["query", "select 1", "--warehouse", str(bad)], home)
         _clean_error(opened, "cannot be opened", "sluice warehouse sync")
 
+    _clean_error(
+        sluice(["ingest", str(a_file), "--kind", "mcap"], home), "source_missing", "is a file, not a folder"
+    )
+    # an empty URL is the variable unset for one command: the local cluster's hint, not a settings error
+    _clean_error(sluice(["files", "list"], {**home, "SLUICE_DATABASE_URL": ""}), "run `sluice db up`")
+
     # arguments are checked before the catalog is reached (there is none here)
     drop = tmp_path / "drop"
     drop.mkdir()
@@ -158,7 +164,6 @@ def test_bad_settings_and_arguments_are_named_before_anything_is_reached(
         (["ingest", str(drop), "--kind", "bogus"], "'bogus' is not a kind"),
         (["ingest", str(drop), "--kind", "mcap", "--executor", "slurm"], "--executor must be one of"),
         (["ingest", str(drop), "--kind", "mcap", "--settle-s", "-5"], "--settle-s must be 0"),
-        (["ingest", str(a_file), "--kind", "mcap"], "is a file"),
         (["shard", "a@1", "--target-shard-bytes", "lots"], "--target-shard-bytes 'lots'"),
         (["shard", "a@1", "--target-shard-bytes", "0"], "greater than 0"),
         (["plan"], "give a vendor: its name"),

@@ -77,7 +77,7 @@ def test_validate_warns_about_an_annotator_nobody_registered(write_vendor, tiny:
     )  # valid: a deployment may register its own before annotate runs
     (warning,) = [line for line in result.output.splitlines() if line.startswith("  warning ")]
     assert "annotate.annotators.motion_enrgy  not a registered annotator" in warning
-    assert "motion_energy" in warning  # the names it could have meant
+    assert "did you mean 'motion_energy'?" in warning
     assert "1 vendor file(s) valid but with warnings" in result.output
     from pipeline.annotate import register_annotator, unregister_annotator
 
@@ -86,6 +86,18 @@ def test_validate_warns_about_an_annotator_nobody_registered(write_vendor, tiny:
         assert "warning" not in runner.invoke(app, ["validate", str(typo)]).output
     finally:
         unregister_annotator("motion_enrgy")
+
+
+def test_validate_warns_about_a_vendor_whose_every_step_is_off(write_vendor, tiny: str) -> None:
+    steps = "".join(
+        f"  {step}: {{enabled: false}}\n"
+        for step in ("ingest", "quality_pre", "transcode", "quality_post", "annotate", "shard")
+    )
+    idle = write_vendor(tiny + "steps:\n" + steps, name="tiny")
+    result = runner.invoke(app, ["validate", str(idle)])
+    assert result.exit_code == 0, result.output
+    (warning,) = [line for line in result.output.splitlines() if line.startswith("  warning ")]
+    assert "steps  every step is off" in warning
 
 
 def test_validate_missing_file_exits_1(tmp_path: Path) -> None:

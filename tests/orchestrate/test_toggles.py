@@ -51,3 +51,13 @@ def test_the_trigger_form_says_what_switching_a_step_off_means() -> None:
     assert "critical: if it fails, the run fails" in toggle_description(ACME, StepName.TRANSCODE)
     annotate = toggle_description(ACME, StepName.ANNOTATE)
     assert "non-critical" in annotate and "Pool cpu, 1 slot per batch" in annotate
+
+
+def test_a_run_with_every_step_off_is_refused() -> None:
+    # the trigger form, a schedule and `sluice run` all pass through here: such a run would end green and empty
+    off = {
+        step: False for step in ("ingest", "quality_pre", "transcode", "quality_post", "annotate", "shard")
+    }
+    with pytest.raises(ConfigError, match="every step is off, so the run would do nothing"):
+        validate_conf(ACME, off)
+    assert validate_conf(ACME, {**off, "shard": True})["shard"]  # one step is a run

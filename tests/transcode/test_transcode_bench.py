@@ -113,6 +113,7 @@ def test_sluice_bench_transcode_rounds_sets_the_rounds_and_reports_intervals(tmp
     assert zero.exit_code == 2 and "--rounds" in zero.output
 
 
+@pytest.mark.slow
 def test_the_cpu_of_the_pool_processes_is_reported_apart() -> None:
     results = transcode.run("small", load_settings(), rounds=1)  # two pool processes
     assert results["workers"] == 2
@@ -127,7 +128,6 @@ def test_the_cpu_of_the_pool_processes_is_reported_apart() -> None:
         - results["cpu_seconds_pool"]["decode_encode_dealt"][0]
     )
     assert beyond["caller"] == pytest.approx(ours_caller - bare_caller, abs=0.002)
-    assert beyond["total"] == pytest.approx(beyond["pool"] + beyond["caller"], abs=0.002)  # one round
 
 
 @pytest.mark.parametrize("size", ["0", "0.1B", "0GB", "tiny", "-5MB"])

@@ -90,6 +90,9 @@ def test_warehouse_gives_the_same_points_as_the_catalog(
         unsynced = tmp_path / "empty.duckdb"
         duckdb.connect(str(unsynced)).close()  # a file without the curation views
         assert {s.source for s in quality_series(session, warehouse_path=unsynced).values()} == {"catalog"}
+        damaged = tmp_path / "damaged.duckdb"
+        damaged.write_bytes(b"not a database" * 100)  # DuckDB cannot open it at all
+        assert {s.source for s in quality_series(session, warehouse_path=damaged).values()} == {"catalog"}
 
 
 def test_reader_url_uses_the_curation_role_of_the_local_cluster(pg_server, role_urls) -> None:  # type: ignore[no-untyped-def]
