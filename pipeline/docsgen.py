@@ -10,6 +10,7 @@ themselves, built here for a vendor that enables every check, which name each su
 
 from __future__ import annotations
 
+import os
 import types
 import typing
 from pathlib import Path
@@ -247,8 +248,9 @@ def project_problem(root: Path) -> str | None:
     a directory with a ``docs/`` folder and a ``pyproject.toml`` that names the project ``sluice``."""
     import tomllib
 
-    if not root.is_dir():
-        return "a file, not a directory" if root.exists() else "no such directory"
+    # os.path, as in pipeline.paths: a root under a folder this user cannot enter is "no such directory"
+    if not os.path.isdir(root):
+        return "a file, not a directory" if os.path.exists(root) else "no such directory"
     pyproject = root / "pyproject.toml"
     try:
         name = tomllib.loads(pyproject.read_text()).get("project", {}).get("name")

@@ -92,7 +92,8 @@ class Settings(BaseSettings):
     @classmethod
     def _home_is_a_folder(cls, home: Path) -> Path:
         # os.path: a home under a folder this user cannot enter is said later, by what tries to use it
-        if os.path.exists(home.expanduser()) and not os.path.isdir(home.expanduser()):
+        where = home.expanduser()
+        if os.path.exists(where) and not os.path.isdir(where):
             raise ValueError(f"{home} is a file, not a folder")
         return home
 
