@@ -111,7 +111,7 @@ def plan_node_resumes(
         elif report is None:
             decisions.append(keep("no preflight result for this node"))
         elif not report.passed:
-            failed = ", ".join(r.name for r in report.failed)
+            failed = "; ".join(f"{r.name}: {r.reason}" for r in report.failed)
             decisions.append(keep(f"preflight still fails: {failed}"))
         else:
             decisions.append(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,39 @@ def test_node_sweep_dry_run_resumes_nothing_but_says_what_it_would(
     result = CliRunner().invoke(app, args[:-1])
     assert result.exit_code == 0, result.output
     assert calls.read_text().splitlines()[-1] == "update NodeName=cpu01 State=RESUME"
+
+
+def test_a_sweep_keeps_a_node_whose_preflight_still_fails_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    show = (
+        "NodeName=cpu01 Arch=x86_64 CoresPerSocket=1\n"
+        "   State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1\n"
+        "   Reason=Kill task failed [slurm@2025-03-02T03:14:07]\n"
+    )
+    calls = _stub_scontrol(tmp_path, monkeypatch, show)
+    config = _config(tmp_path, "preflight:\n  min_free_bytes:\n    /: 1 EiB\n")
+    result = CliRunner().invoke(app, ["sweep", "nodes", "--config", str(config), "--node", "cpu01"])
+    assert result.exit_code == 0, result.output
+    # the decision names the failing check and its reason: the sweep's output is the whole story
+    assert "KEPT cpu01: preflight still fails: disk_free: / (/) has " in result.output
+    assert calls.read_text().splitlines() == ["show node cpu01"]  # nothing resumed
+
+
+def test_preflight_says_each_failure_once(tmp_path: Path) -> None:
+    """As a person runs it: the report on stdout, logging on stderr, each FAIL said once between them."""
+    config = _config(tmp_path, "preflight:\n  min_free_bytes:\n    /: 1 EiB\n")
+    sluice = Path(sys.executable).parent / "sluice"
+    done = subprocess.run(
+        [str(sluice), "ops", "preflight", "--config", str(config), "--node", "cpu01"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    said = done.stdout + done.stderr
+    assert said.count("FAIL disk_free") == 1, said
+    assert "Traceback" not in said
 
 
 def test_the_ops_file_refuses_unknown_keys_and_runtimes_with_their_paths(tmp_path: Path) -> None:

@@ -76,7 +76,9 @@ def test_a_transiently_drained_node_is_resumed_once_healthy(
         == "reason 'sluice-preflight: gpu_ecc: GPU 00000000:5D:00.0 14 corrected ECC error(s) since boot' is not transient"
     )
     assert "drained by alice" in decisions["gpu04"].why
-    assert decisions["gpu05"].why == "preflight still fails: disk_free"
+    assert decisions["gpu05"].why == (
+        "preflight still fails: disk_free: /scratch (/scratch) has 39.1GiB free, needs 500.0GiB"
+    )
     assert decisions["gpu07"].why == "REBOOT_REQUESTED pending"
     assert decisions["gpu08"].why == "no preflight result for this node"
 
