@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 
 from pipeline.orchestrate.scheduled import ScheduledRun
 
-#: The module's four runs share two cores with their tasks' start-up (each task process imports Airflow and
+#: The module's runs share two cores with their tasks' start-up (each task process imports Airflow and
 #: the pipeline): a few minutes on an idle CI machine, more beside other work. The fixture is charged to the
 #: first test.
 pytestmark = [
@@ -69,6 +69,8 @@ def runs(
         # A critical step failing as badly as it can: its encoder process dies.
         "sched_encoder_crash": (TWO_ENCODERS, None, {"transcode_encoder_crash": [1]}, 2),
         "sched_empty_source": ({}, None, {}, 1),  # the vendor delivered nothing (emptied below)
+        # every box of the trigger form unticked: refused, not a green run that did nothing
+        "sched_all_off": ({}, dict.fromkeys(STEPS, False), {}, 1),
     }
     for name, (steps, _, failures, batches) in plans.items():
         vendor = scheduler.add_vendor(name, steps=steps, batches=batches)
@@ -200,6 +202,28 @@ def test_an_empty_source_is_a_recorded_warning_not_a_green_empty_run(runs: Runs)
     ]
     landed = "SELECT count(*) FROM source_files f JOIN vendors v ON v.id = f.vendor_id WHERE v.name = :vendor"
     assert vendor.catalog(landed) == [(0,)]
+
+
+def test_a_run_with_every_step_switched_off_in_the_trigger_form_fails_at_its_first_task_and_says_why(
+    runs: Runs,
+) -> None:
+    vendor, run = runs["sched_all_off"]
+    states = task_states(run)
+    assert run.state == "failed"
+    assert states[("validate_conf", -1)] == "failed"
+    # finalize (all done) fails the run; dedup and the warehouse sync skip a run that was never opened
+    assert states[("finalize", -1)] == "failed"
+    assert states[("dedup", -1)] == states[("warehouse_sync", -1)] == "skipped"
+    later = ("discover", "plan", *STEPS)
+    assert [states[(task, -1)] for task in later] == ["upstream_failed"] * len(later)
+    [refused] = [f for f in run.failures if f.task == "validate_conf"]
+    assert "every step is off, so the run would do nothing" in str(refused.error)
+    # refused before the run was opened: no pipeline run, nothing listed or landed
+    runs_of_vendor = (
+        "SELECT count(*) FROM pipeline_runs r JOIN vendors v ON v.id = r.vendor_id WHERE v.name = :vendor"
+    )
+    assert vendor.catalog(runs_of_vendor) == [(0,)]
+    assert vendor.calls() == []
 
 
 def test_a_dead_encoder_process_fails_the_run_with_its_first_traceback_line_and_clearing_it_resumes(
