@@ -13,44 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from clirun import Sluice
+from clirun import clean_error as _clean_error
 
 from pipeline.synth import RobotDropConfig, make_robot_drop
 
 pytestmark = pytest.mark.integration
 
 SLUICE = Path(sys.executable).with_name("sluice")
-
-
-Sluice = Callable[[list[str], dict[str, str]], subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def sluice(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Sluice:
-    """Run ``sluice ARGS`` through its entry point with ``env`` set; returns the exit code and output."""
-    from pipeline.cli import main
-
-    def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        capsys.readouterr()
-        with monkeypatch.context() as patch:
-            for key, value in env.items():
-                patch.setenv(key, value)
-            patch.setattr(sys, "argv", ["sluice", *args])
-            try:
-                main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
-    return run
-
-
-def _clean_error(result: subprocess.CompletedProcess[str], *expected: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
-    for text in expected:
-        assert text in result.stderr, result.stderr
 
 
 @pytest.fixture
