@@ -31,6 +31,33 @@ def make_folder(folder: Path) -> str | None:
     return None
 
 
+def file_refusal(path: Path) -> str | None:
+    """Make the folder of ``path`` and check that it takes a new file there; None when it does, else why
+    not: ``path`` is a folder or a read-only file, or :func:`entry_refusal`'s reasons."""
+    if os.path.isdir(path):
+        return "it is a directory"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "the file is read-only"
+    return entry_refusal(path)
+
+
+def entry_refusal(path: Path) -> str | None:
+    """Make the folder of ``path`` and check that a new entry (a file, a folder) can be made in it; None when
+    it can, else why not: a file is in the way of the folder, or the filesystem refuses a new entry there
+    (read-only, permission denied, ``/proc``)."""
+    import tempfile
+
+    why_not = make_folder(path.parent)
+    if why_not is not None:
+        return why_not
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}-probe-"):
+            pass
+    except OSError as exc:  # a folder that exists but takes no file: read-only, permission denied
+        return refusal(path.parent, exc)
+    return None
+
+
 def refusal(where: Path, exc: OSError) -> str:
     """Why a filesystem would not write under ``where``, in the words every caller uses."""
     return f"the filesystem of {where} refused it ({exc.strerror})"

@@ -103,26 +103,11 @@ def command(
 def _prepare_json(path: Path) -> None:
     """Make the folder of ``path`` and check that it takes a new file; ``typer.BadParameter`` naming the path
     and why not otherwise."""
-    import os
-    import tempfile
+    from pipeline.paths import file_refusal
 
-    from pipeline.paths import make_folder, refusal
-
-    def refuse(why: str) -> typer.BadParameter:
-        return typer.BadParameter(f"--json {path} cannot be written: {why}")
-
-    if os.path.isdir(path):
-        raise refuse("it is a directory")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise refuse("the file is read-only")
-    why_not = make_folder(path.parent)
+    why_not = file_refusal(path)
     if why_not is not None:
-        raise refuse(why_not)
-    try:
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".bench-probe-"):
-            pass
-    except OSError as exc:  # a folder that exists but takes no file: read-only, permission denied
-        raise refuse(refusal(path.parent, exc)) from None
+        raise typer.BadParameter(f"--json {path} cannot be written: {why_not}")
 
 
 def _cpu_model() -> str | None:

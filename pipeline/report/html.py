@@ -119,10 +119,15 @@ def render_report(sources: ViewSources, ref: str, *, bench_files: Sequence[Path]
 
 
 def write_report(sources: ViewSources, ref: str, out: Path, *, bench_files: Sequence[Path] = ()) -> Path:
-    """Write the report of run ``ref`` to ``out`` (staged, then renamed into place); returns the path."""
-    html = render_report(sources, ref, bench_files=bench_files)
+    """Write the report of run ``ref`` to ``out`` (staged, then renamed into place); returns the path. A path
+    that cannot take the file is a :class:`ReportError` saying why, before the plots are drawn."""
+    from pipeline.paths import file_refusal
+
     out = out.expanduser().absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    why_not = file_refusal(out)
+    if why_not is not None:
+        raise ReportError(f"cannot write the report to {out}: {why_not}")
+    html = render_report(sources, ref, bench_files=bench_files)
     staging = out.with_name(f".{out.name}.tmp")
     staging.write_text(html, encoding="utf-8")
     staging.replace(out)

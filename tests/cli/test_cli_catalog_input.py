@@ -1,0 +1,68 @@
+"""Bad input to the commands that read the catalog or the warehouse: one clean error naming what was wrong
+(exit 2), never a traceback, and never a green run that checked or wrote nothing. Run through the console
+script's entry point against a migrated database of the session's Postgres."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from clirun import Sluice, clean_error
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+PROC = Path("/proc")
+
+
+@pytest.fixture
+def env(tmp_path: Path, migrated_database_url: str) -> dict[str, str]:
+    return {"SLUICE_HOME": str(tmp_path / "home"), "SLUICE_DATABASE_URL": migrated_database_url}
+
+
+@pytest.fixture
+def afile(tmp_path: Path) -> Path:
+    path = tmp_path / "afile"
+    path.write_text("not a folder\n")
+    return path
+
+
+@pytest.fixture
+def under_proc() -> Path:
+    if not PROC.is_dir():
+        pytest.skip("no /proc")
+    return PROC / f"sluice-test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def recorded_run(env: dict[str, str]) -> int:
+    """A pipeline run of the example robot vendor, opened in the catalog (nothing ingested)."""
+    from pipeline import orchestrate
+    from pipeline.config import load_vendor
+    from pipeline.settings import load_settings
+    from pipeline.steps.runner import build_context
+
+    settings = load_settings(home=Path(env["SLUICE_HOME"]), database_url=env["SLUICE_DATABASE_URL"])
+    ctx = build_context(settings)
+    try:
+        vendor = load_vendor(REPO / "dags" / "vendors" / "acme_robotics.yaml")
+        toggles = orchestrate.validate_conf(vendor, {})
+        return orchestrate.start_run(ctx, vendor, dag_id=vendor.name, run_id="manual__input", toggles=toggles)
+    finally:
+        ctx.engine.dispose()
+
+
+def test_report_out_that_cannot_take_the_file_is_refused_before_the_plots(
+    sluice: Sluice, env: dict[str, str], recorded_run: int, afile: Path, under_proc: Path, tmp_path: Path
+) -> None:
+    run = str(recorded_run)
+    for out, why in (
+        (afile / "r.html", f"{afile} is a file, not a directory"),
+        (under_proc / "r.html", "the filesystem of /proc refused it"),
+        (tmp_path, "it is a directory"),
+    ):
+        clean_error(sluice(["report", run, "--out", str(out)], env), f"cannot write the report to {out}", why)
+    written = sluice(["report", run, "--out", str(tmp_path / "r.html")], env)
+    assert written.returncode == 0, written.stderr
+    assert (tmp_path / "r.html").stat().st_size > 0
