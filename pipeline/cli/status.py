@@ -9,9 +9,12 @@ import typer
 
 from pipeline.cli._common import console, print_json, print_table
 
+#: The most runs --runs shows: far past a screen, and inside Postgres's bigint (a larger LIMIT overflows it).
+MAX_RUNS = 100_000
+
 
 def command(
-    runs: int = typer.Option(10, "--runs", min=1, help="How many of the latest runs to show."),
+    runs: int = typer.Option(10, "--runs", min=1, max=MAX_RUNS, help="How many of the latest runs to show."),
     vendor: str = typer.Option(None, help="Only this vendor."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:

@@ -66,3 +66,9 @@ def test_report_out_that_cannot_take_the_file_is_refused_before_the_plots(
     written = sluice(["report", run, "--out", str(tmp_path / "r.html")], env)
     assert written.returncode == 0, written.stderr
     assert (tmp_path / "r.html").stat().st_size > 0
+
+
+def test_status_runs_beyond_what_the_catalog_can_limit_is_a_usage_error(
+    sluice: Sluice, env: dict[str, str]
+) -> None:
+    clean_error(sluice(["status", "--runs", "99999999999999999999"], env), "less than or equal to 100000")
