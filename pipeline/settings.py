@@ -14,7 +14,13 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.errors import ConfigError
-from pipeline.warehouse.connection import DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_TIMEOUT_S, WarehouseLimits
+from pipeline.warehouse.connection import (
+    DEFAULT_MEMORY_LIMIT_BYTES,
+    DEFAULT_TIMEOUT_S,
+    MAX_LIMIT_BYTES,
+    MAX_TIMEOUT_S,
+    WarehouseLimits,
+)
 
 
 class Settings(BaseSettings):
@@ -62,11 +68,13 @@ class Settings(BaseSettings):
     warehouse_timeout_s: float | None = Field(
         default=DEFAULT_TIMEOUT_S,
         gt=0,
+        le=MAX_TIMEOUT_S,
         description="Time limit of each warehouse read (sluice query, dataset filters, the UI); unset = none.",
     )
     warehouse_memory_limit_bytes: int = Field(
         default=DEFAULT_MEMORY_LIMIT_BYTES,
         ge=64 << 20,
+        le=MAX_LIMIT_BYTES,
         description="Memory a warehouse connection may use before it spills (DuckDB's default is 80% of RAM).",
     )
     #: A run's steps record their items as they go, so a live run is never a day without activity (an item

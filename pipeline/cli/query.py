@@ -8,6 +8,8 @@ from typing import Any
 
 import typer
 
+from pipeline.warehouse.connection import MAX_LIMIT_BYTES, MAX_TIMEOUT_S
+
 
 def _param(text: str) -> tuple[str, Any]:
     name, sep, raw = text.partition("=")
@@ -34,12 +36,14 @@ def command(
         None,
         "--timeout-s",
         min=0.001,
+        max=MAX_TIMEOUT_S,
         help="Stop the query after this long (default: SLUICE_WAREHOUSE_TIMEOUT_S, 300).",
     ),
     memory_limit_bytes: int = typer.Option(
         None,
         "--memory-limit-bytes",
         min=64 << 20,
+        max=MAX_LIMIT_BYTES,
         help="Memory the query may use before spilling (default: SLUICE_WAREHOUSE_MEMORY_LIMIT_BYTES, 2 GiB).",
     ),
 ) -> None:

@@ -62,6 +62,12 @@ DEFAULT_SPILL_LIMIT_BYTES = 8 << 30
 #: Longest a read may run: curation queries over millions of episodes take seconds (bench warehouse:
 #: 0.2-1 s at 1M rows), a dataset build's selection a few more; five minutes is a query gone wrong.
 DEFAULT_TIMEOUT_S = 300.0
+#: Longest time limit anyone may set: a week is far past any query meant to finish, and the watchdog's wait
+#: cannot take an unbounded one (an infinite or 1e300 s timeout overflows the clock in its thread).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+#: Largest memory or spill limit anyone may set (a PiB, past any node's memory): DuckDB refuses values past
+#: 2^63 bytes with a parser error when the connection opens.
+MAX_LIMIT_BYTES = 1 << 50
 
 
 class WarehouseLimits(BaseModel):
@@ -72,10 +78,10 @@ class WarehouseLimits(BaseModel):
     # None: DuckDB's default of one thread per core. Airflow workers sharing a node should set fewer.
     threads: int | None = Field(default=None, ge=1)
     # Past the limit DuckDB spills to <file>.tmp, up to spill_limit_bytes; past that the query fails.
-    memory_limit_bytes: int = Field(default=DEFAULT_MEMORY_LIMIT_BYTES, ge=64 << 20)
-    spill_limit_bytes: int = Field(default=DEFAULT_SPILL_LIMIT_BYTES, ge=0)
+    memory_limit_bytes: int = Field(default=DEFAULT_MEMORY_LIMIT_BYTES, ge=64 << 20, le=MAX_LIMIT_BYTES)
+    spill_limit_bytes: int = Field(default=DEFAULT_SPILL_LIMIT_BYTES, ge=0, le=MAX_LIMIT_BYTES)
     # None: no limit (the sync, which writes; never a read of SQL someone typed).
-    timeout_s: float | None = Field(default=DEFAULT_TIMEOUT_S, gt=0)
+    timeout_s: float | None = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
 
 
 #: After the deadline the watchdog interrupts again this often until the statement has stopped: DuckDB 2.0

@@ -72,3 +72,19 @@ def test_status_runs_beyond_what_the_catalog_can_limit_is_a_usage_error(
     sluice: Sluice, env: dict[str, str]
 ) -> None:
     clean_error(sluice(["status", "--runs", "99999999999999999999"], env), "less than or equal to 100000")
+
+
+def test_query_limits_that_are_unbounded_are_refused(sluice: Sluice, env: dict[str, str]) -> None:
+    synced = sluice(["warehouse", "sync"], env)
+    assert synced.returncode == 0, synced.stderr
+    for option, value in (
+        ("--timeout-s", "inf"),
+        ("--timeout-s", "1e300"),
+        ("--memory-limit-bytes", "1" + "0" * 22),
+    ):
+        result = sluice(["query", "select 1", option, value], env)
+        clean_error(result, f"Invalid value for '{option}'", "less than or equal to")
+    from_env = sluice(["query", "select 1"], {**env, "SLUICE_WAREHOUSE_TIMEOUT_S": "inf"})
+    clean_error(from_env, "SLUICE_WAREHOUSE_TIMEOUT_S", "less than or equal to 604800", "(given: 'inf')")
+    bounded = sluice(["query", "select 1", "--timeout-s", "60"], env)
+    assert bounded.returncode == 0 and bounded.stderr == "", bounded.stderr
