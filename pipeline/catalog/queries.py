@@ -8,11 +8,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
 from pipeline.catalog.models import Artifact, Blob, CheckResult, Episode, Manifest, SourceFile, Vendor
-from pipeline.enums import ArtifactKind, CheckStatus, FileState
+from pipeline.enums import ArtifactKind, CheckStatus, FileState, ManifestFormat
 from pipeline.errors import UnknownChoiceError
 from pipeline.store import Store, StoredObject
 
 ARTIFACT_KINDS = frozenset(k.value for k in ArtifactKind)
+#: The kinds :func:`stored_objects` gives its objects: raw blobs, artifacts, and manifest files by format.
+STORED_OBJECT_KINDS = frozenset({"raw", *ARTIFACT_KINDS, *(f"manifest_{f.value}" for f in ManifestFormat)})
 
 
 def require_vendor(session: Session, name: str) -> None:

@@ -6,7 +6,7 @@ from collections import Counter
 
 import typer
 
-from pipeline.cli._common import console, context, error_console, print_json
+from pipeline.cli._common import console, context, error_console, print_json, warn
 
 
 def command(
@@ -21,14 +21,22 @@ def command(
     """Re-hash raw objects, derived episodes, clips, shards and manifests against the catalog; exit 1 if
     any is missing or changed."""
     from pipeline.catalog import make_session_factory, session_scope
-    from pipeline.catalog.queries import stored_objects
+    from pipeline.catalog.queries import STORED_OBJECT_KINDS, stored_objects
+    from pipeline.errors import UnknownChoiceError
 
+    for kind in kinds:  # a misspelt kind would check nothing and pass
+        if kind not in STORED_OBJECT_KINDS:
+            raise UnknownChoiceError("--kind", kind, STORED_OBJECT_KINDS)
     ctx = context()
     with session_scope(make_session_factory(ctx.engine)) as session:
         objects = stored_objects(session, ctx.store)
     if kinds:
         objects = [o for o in objects if o.kind in kinds]
     by_kind = Counter(o.kind for o in objects)
+    for kind in sorted(set(kinds) - set(by_kind)):
+        warn(f"the catalog records no stored object of kind {kind}: none was checked")
+    if not objects and not kinds:
+        warn("the catalog records no stored object yet: nothing was checked")
     with error_console.status(f"re-hashing {len(objects)} objects…"):
         findings = [f.__dict__ for f in ctx.store.scrub(objects)]
     if as_json:

@@ -88,3 +88,14 @@ def test_query_limits_that_are_unbounded_are_refused(sluice: Sluice, env: dict[s
     clean_error(from_env, "SLUICE_WAREHOUSE_TIMEOUT_S", "less than or equal to 604800", "(given: 'inf')")
     bounded = sluice(["query", "select 1", "--timeout-s", "60"], env)
     assert bounded.returncode == 0 and bounded.stderr == "", bounded.stderr
+
+
+def test_scrub_refuses_an_unknown_kind_and_says_when_it_checked_nothing(
+    sluice: Sluice, env: dict[str, str]
+) -> None:
+    clean_error(sluice(["scrub", "--kind", "rwa"], env), "unknown --kind 'rwa'", "manifest_parquet", "raw")
+    empty = sluice(["scrub", "--kind", "export"], env)
+    assert empty.returncode == 0, empty.stderr
+    assert "warning: the catalog records no stored object of kind export: none was checked" in empty.stderr
+    everything = sluice(["scrub"], env)
+    assert "warning: the catalog records no stored object yet: nothing was checked" in everything.stderr
