@@ -155,10 +155,13 @@ def list_command(
     """List dataset versions recorded in the catalog."""
     from pipeline.catalog.engine import make_session_factory, session_scope
     from pipeline.datasets import list_versions
+    from pipeline.datasets.versions import require_dataset
 
     _, engine = _catalog()
     try:
         with session_scope(make_session_factory(engine)) as session:
+            if name is not None:
+                require_dataset(session, name)
             versions = list_versions(session, name)
     finally:
         engine.dispose()

@@ -18,7 +18,7 @@ from pipeline.catalog.models import DatasetVersion as DatasetVersionRow
 from pipeline.catalog.models import DatasetVersionEpisode, Manifest, ManifestFormat
 from pipeline.datasets.errors import DatasetVersionNotFoundError
 from pipeline.enums import Split
-from pipeline.errors import SluiceError
+from pipeline.errors import SluiceError, UnknownChoiceError
 
 #: Versions are numbered ``v1``, ``v2``, ... per dataset name, in build order.
 VERSION_PATTERN = re.compile(r"v([1-9][0-9]*)")
@@ -199,6 +199,14 @@ def list_versions(session: Session, name: str | None = None) -> list[DatasetVers
     if name is not None:
         stmt = stmt.where(DatasetVersionRow.name == name)
     return [_load(session, row_id) for row_id in session.execute(stmt).scalars()]
+
+
+def require_dataset(session: Session, name: str) -> None:
+    """Raise :class:`~pipeline.errors.UnknownChoiceError` naming the recorded datasets unless ``name`` is one
+    of them: a listing of a misspelt dataset must not answer with an empty, successful table."""
+    known = set(session.execute(select(DatasetVersionRow.name)).scalars())
+    if name not in known:
+        raise UnknownChoiceError("dataset", name, known or ["(no dataset version recorded yet)"])
 
 
 def get_version(session: Session, name: str, version: str) -> DatasetVersion:

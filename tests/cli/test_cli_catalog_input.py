@@ -99,3 +99,12 @@ def test_scrub_refuses_an_unknown_kind_and_says_when_it_checked_nothing(
     assert "warning: the catalog records no stored object of kind export: none was checked" in empty.stderr
     everything = sluice(["scrub"], env)
     assert "warning: the catalog records no stored object yet: nothing was checked" in everything.stderr
+
+
+def test_dataset_list_of_an_unknown_dataset_is_an_error_not_an_empty_table(
+    sluice: Sluice, env: dict[str, str]
+) -> None:
+    clean_error(
+        sluice(["dataset", "list", "nosuch"], env),
+        "unknown dataset 'nosuch'; allowed: (no dataset version recorded yet)",
+    )
