@@ -78,14 +78,21 @@ class ExportReport:
 def export_dataset_version(
     engine: Engine, name: str, version: str, out: Path, *, robot_type: str | None = None
 ) -> ExportReport:
-    """Export the robot episodes of dataset version ``name@version`` to ``out`` (which must not exist)."""
+    """Export the robot episodes of dataset version ``name@version`` to ``out`` (which must not exist, and
+    whose folder must take it: said before any episode is read)."""
     from sqlalchemy import select
 
     from pipeline.annotate.inputs import episode_inputs, local_file
     from pipeline.catalog import make_session_factory, session_scope
     from pipeline.catalog.models import DatasetVersion, DatasetVersionEpisode
     from pipeline.enums import SourceKind
+    from pipeline.paths import entry_refusal
 
+    if os.path.lexists(out):
+        raise ExportError(f"{out} exists; give a new folder (an export is never merged into another)")
+    why_not = entry_refusal(out)
+    if why_not is not None:
+        raise ExportError(f"cannot write the export to {out}: {why_not}")
     with session_scope(make_session_factory(engine)) as session:
         version_id = session.execute(
             select(DatasetVersion.id).where(DatasetVersion.name == name, DatasetVersion.version == version)

@@ -108,3 +108,14 @@ def test_dataset_list_of_an_unknown_dataset_is_an_error_not_an_empty_table(
         sluice(["dataset", "list", "nosuch"], env),
         "unknown dataset 'nosuch'; allowed: (no dataset version recorded yet)",
     )
+
+
+def test_export_to_a_folder_that_cannot_be_made_is_refused_first(
+    sluice: Sluice, env: dict[str, str], afile: Path, under_proc: Path
+) -> None:
+    for out, why in (
+        (afile / "export", f"{afile} is a file, not a directory"),
+        (under_proc / "export", "the filesystem of /proc refused it"),
+    ):
+        result = sluice(["export", "lerobot", "nosuch@v1", str(out)], env)
+        clean_error(result, f"cannot write the export to {out}: {why}")
