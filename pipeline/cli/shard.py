@@ -8,17 +8,26 @@ import typer
 
 from pipeline.cli._common import console, context, error_console, print_json
 
+#: The most ranks --world-size assigns shards to: past any training job, and small enough that the
+#: assignment's per-rank lists fit in memory (10^11 ranks took the machine's memory and got killed).
+MAX_WORLD_SIZE = 1 << 20
+
 
 def command(
     dataset_version: str = typer.Argument(..., help="Dataset version as NAME@VERSION."),
     target_shard_bytes: str = typer.Option("256 MiB", "--target-shard-bytes", help="Target shard size."),
     world_size: int = typer.Option(
-        0, "--world-size", help="Also assign each split's shards to this many ranks (a rank reads one split)."
+        0,
+        "--world-size",
+        min=0,
+        max=MAX_WORLD_SIZE,
+        help="Also assign each split's shards to this many ranks (a rank reads one split).",
     ),
     verify_only: bool = typer.Option(False, "--verify-only", help="Only verify the recorded shards."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Shard a dataset version from its manifest (staged, verified, renamed, then recorded)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
     from pydantic import ValidationError
     from sqlalchemy import select
@@ -28,6 +37,7 @@ def command(
     from pipeline.config import config_hash
     from pipeline.config.processing import ShardOptions
     from pipeline.errors import UnknownChoiceError
+    from pipeline.manifest.errors import ManifestFetchError
     from pipeline.shard import assign_ranks, list_shards, verify_shards, write_shards
 
     name, sep, version = dataset_version.partition("@")
@@ -62,8 +72,14 @@ def command(
             )
         import fsspec
 
-        with fsspec.open(uri, "rb") as fh:
-            rows = pq.read_table(fh).to_pylist()
+        try:
+            with fsspec.open(uri, "rb") as fh:
+                rows = pq.read_table(fh).to_pylist()
+        except (OSError, pa.ArrowException) as exc:
+            raise ManifestFetchError(
+                f"cannot read the parquet manifest of {dataset_version} at {uri} ({exc}); "
+                "`sluice scrub --kind manifest_parquet` checks what the store holds"
+            ) from exc
         options = ShardOptions.model_validate({"target_shard_bytes": target})
         with error_console.status(f"writing shards of {len(rows)} manifest rows…"):
             write_shards(

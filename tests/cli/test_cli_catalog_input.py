@@ -119,3 +119,45 @@ def test_export_to_a_folder_that_cannot_be_made_is_refused_first(
     ):
         result = sluice(["export", "lerobot", "nosuch@v1", str(out)], env)
         clean_error(result, f"cannot write the export to {out}: {why}")
+
+
+@pytest.fixture
+def version_without_its_manifest(env: dict[str, str], tmp_path: Path) -> str:
+    """A dataset version the catalog records with a parquet manifest that is not in the store."""
+    import sqlalchemy as sa
+
+    from pipeline.catalog.models import DatasetVersion, Manifest
+
+    engine = sa.create_engine(env["SLUICE_DATABASE_URL"])
+    try:
+        with sa.orm.Session(engine) as session, session.begin():
+            version = DatasetVersion(name="gone", version="v1", spec_hash="0" * 64)
+            session.add(version)
+            session.flush()
+            session.add(
+                Manifest(
+                    dataset_version_id=version.id,
+                    format="parquet",
+                    uri=(tmp_path / "gone" / "manifest.parquet").as_uri(),
+                    sha256="0" * 64,
+                    size_bytes=1,
+                    row_count=1,
+                )
+            )
+    finally:
+        engine.dispose()
+    return "gone@v1"
+
+
+def test_shard_names_a_manifest_it_cannot_read_and_bounds_world_size(
+    sluice: Sluice, env: dict[str, str], version_without_its_manifest: str
+) -> None:
+    result = sluice(["shard", version_without_its_manifest], env)
+    clean_error(
+        result, "cannot read the parquet manifest of gone@v1", "No such file or directory", "sluice scrub"
+    )
+    # checked before anything is written; a huge one once took the machine's memory
+    clean_error(sluice(["shard", "gone@v1", "--world-size", "-1"], env), "greater than or equal to 0")
+    clean_error(
+        sluice(["shard", "gone@v1", "--world-size", "99999999999"], env), "less than or equal to 1048576"
+    )
