@@ -24,7 +24,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
 import pipeline
-from pipeline.errors import DatabaseError
+from pipeline.errors import DatabaseError, UnknownChoiceError
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,11 @@ def make_revision(url: str, message: str, *, version_path: Path | None = None) -
 
 
 def _run(url: str, action: str, revision: str) -> None:
+    from alembic.util.exc import CommandError
+
     config = alembic_config(url)
+    if not revision.strip():  # Alembic fails an assertion on it
+        raise _unknown_revision(config, revision)
     engine = _engine(url)
     try:
         with engine.begin() as connection:
@@ -144,9 +148,18 @@ def _run(url: str, action: str, revision: str) -> None:
             getattr(command, action)(config, revision)
     except OperationalError as exc:
         raise DatabaseError(f"cannot {action} {_safe(url)} to {revision!r}: {exc.orig}") from exc
+    except CommandError as exc:  # a revision it cannot resolve: unknown, or a relative step past the ends
+        raise _unknown_revision(config, revision) from exc
     finally:
         engine.dispose()
     log.info("catalog %s to %s done on %s", action, revision, _safe(url))
+
+
+def _unknown_revision(config: Config, revision: str) -> UnknownChoiceError:
+    revisions = [r.revision for r in ScriptDirectory.from_config(config).walk_revisions()]
+    return UnknownChoiceError(
+        "catalog revision", revision, ["head", "base", *revisions, "-N/+N (steps from the current one)"]
+    )
 
 
 def _engine(url: str) -> Engine:

@@ -79,7 +79,8 @@ def migrate(revision: str = typer.Argument("head", help="Target revision.")) -> 
     console.print(f"catalog migrated to {revision}; roles: {', '.join(roles) or 'grants refreshed'}")
 
 
-@app.command()
+# A relative revision ("-1") is an argument, not an unknown option.
+@app.command(context_settings={"ignore_unknown_options": True})
 def downgrade(revision: str = typer.Argument(..., help="Target revision, e.g. base or -1.")) -> None:
     """Downgrade the catalog schema."""
     from pipeline.catalog.migrate import downgrade as do_downgrade

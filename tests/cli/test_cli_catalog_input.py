@@ -161,3 +161,10 @@ def test_shard_names_a_manifest_it_cannot_read_and_bounds_world_size(
     clean_error(
         sluice(["shard", "gone@v1", "--world-size", "99999999999"], env), "less than or equal to 1048576"
     )
+
+
+def test_db_migrate_and_downgrade_name_the_revisions_they_know(sluice: Sluice, env: dict[str, str]) -> None:
+    for args in (["db", "migrate", "nosuchrev"], ["db", "migrate", ""], ["db", "downgrade", "nosuchrev"]):
+        clean_error(sluice(args, env), "unknown catalog revision", "0001", "base, head")
+    # a relative revision is an argument (the help's "-1"), and one past the first revision is named
+    clean_error(sluice(["db", "downgrade", "-99"], env), "unknown catalog revision '-99'")
