@@ -138,6 +138,8 @@ def make_revision(url: str, message: str, *, version_path: Path | None = None) -
 def _run(url: str, action: str, revision: str) -> None:
     from alembic.util.exc import CommandError
 
+    from pipeline.catalog.errors import CatalogValueError
+
     config = alembic_config(url)
     if not revision.strip():  # Alembic fails an assertion on it
         raise _unknown_revision(config, revision)
@@ -148,8 +150,15 @@ def _run(url: str, action: str, revision: str) -> None:
             getattr(command, action)(config, revision)
     except OperationalError as exc:
         raise DatabaseError(f"cannot {action} {_safe(url)} to {revision!r}: {exc.orig}") from exc
-    except CommandError as exc:  # a revision it cannot resolve: unknown, or a relative step past the ends
-        raise _unknown_revision(config, revision) from exc
+    except CommandError as exc:
+        from alembic.script.revision import ResolutionError
+
+        if isinstance(exc.__cause__, ResolutionError):  # no such revision
+            raise _unknown_revision(config, revision) from exc
+        # a relative step past either end, a target on the wrong side of the catalog's revision
+        raise CatalogValueError(
+            "catalog revision", revision, f"one the catalog can {action} to from where it is ({exc})"
+        ) from exc
     finally:
         engine.dispose()
     log.info("catalog %s to %s done on %s", action, revision, _safe(url))

@@ -73,18 +73,37 @@ def url() -> None:
 @app.command()
 def migrate(revision: str = typer.Argument("head", help="Target revision.")) -> None:
     """Upgrade the catalog schema, then create the writer and curation roles and grant them."""
-    from pipeline.pgserver import migrate_catalog
+    from pipeline.catalog.migrate import current
+    from pipeline.cli._common import warn
+    from pipeline.pgserver import database_url, migrate_catalog
 
-    roles = migrate_catalog(load_settings(), revision)
-    console.print(f"catalog migrated to {revision}; roles: {', '.join(roles) or 'grants refreshed'}")
+    settings = load_settings()
+    roles = migrate_catalog(settings, revision)
+    at = current(database_url(settings))
+    console.print(f"catalog at {_revision(at)}; roles: {', '.join(roles) or 'grants refreshed'}")
+    if revision not in ("head", at) and not revision.startswith(("+", "-")) and at is not None:
+        # Alembic's upgrade to a revision behind the catalog's does nothing and says nothing
+        warn(
+            f"the catalog is past {revision}: migrate only goes forward; `sluice db downgrade {revision}` goes back"
+        )
+
+
+def _revision(at: str | None) -> str:
+    from pipeline.catalog.migrate import head
+
+    if at is None:
+        return "no revision (empty)"
+    return f"revision {at}" + (" (head)" if at == head() else "")
 
 
 # A relative revision ("-1") is an argument, not an unknown option.
 @app.command(context_settings={"ignore_unknown_options": True})
 def downgrade(revision: str = typer.Argument(..., help="Target revision, e.g. base or -1.")) -> None:
     """Downgrade the catalog schema."""
+    from pipeline.catalog.migrate import current
     from pipeline.catalog.migrate import downgrade as do_downgrade
     from pipeline.pgserver import database_url
 
-    do_downgrade(database_url(load_settings()), revision)
-    console.print(f"catalog downgraded to {revision}")
+    url = database_url(load_settings())
+    do_downgrade(url, revision)
+    console.print(f"catalog at {_revision(current(url))}")

@@ -167,4 +167,29 @@ def test_db_migrate_and_downgrade_name_the_revisions_they_know(sluice: Sluice, e
     for args in (["db", "migrate", "nosuchrev"], ["db", "migrate", ""], ["db", "downgrade", "nosuchrev"]):
         clean_error(sluice(args, env), "unknown catalog revision", "0001", "base, head")
     # a relative revision is an argument (the help's "-1"), and one past the first revision is named
-    clean_error(sluice(["db", "downgrade", "-99"], env), "unknown catalog revision '-99'")
+    clean_error(
+        sluice(["db", "downgrade", "-99"], env),
+        "invalid catalog revision '-99'",
+        "Relative revision -99 didn't produce 99 migrations",
+    )
+
+
+def test_db_migrate_says_where_the_catalog_is_not_where_it_was_asked_to_go(
+    sluice: Sluice, env: dict[str, str]
+) -> None:
+    from pipeline.catalog.migrate import head
+
+    back = sluice(["db", "migrate", "0001"], env)  # Alembic's upgrade to a revision behind does nothing
+    assert back.returncode == 0, back.stderr
+    assert f"catalog at revision {head()} (head)" in back.stdout, back.stdout
+    assert "warning: the catalog is past 0001: migrate only goes forward" in back.stderr
+    down = sluice(["db", "downgrade", "-1"], env)
+    assert down.returncode == 0, down.stderr
+    assert "catalog at revision" in down.stdout and "(head)" not in down.stdout, down.stdout
+    clean_error(
+        sluice(["db", "downgrade", head()], env),
+        f"invalid catalog revision '{head()}'",
+        "not a valid downgrade",
+    )
+    up = sluice(["db", "migrate"], env)
+    assert up.returncode == 0 and f"catalog at revision {head()} (head)" in up.stdout, up.stderr
