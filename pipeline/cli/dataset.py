@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from pipeline.cli._common import console, print_table, warn
+from pipeline.cli._common import console, error_console, print_table, warn
 from pipeline.enums import Split
 
 app = typer.Typer(no_args_is_help=True, help="Build and inspect versioned datasets from the warehouse.")
@@ -186,6 +186,8 @@ def list_command(
         ["version", "created", *episodes, "manifest rows", "manifest sha256"],
         justify_right=[*episodes, "manifest rows"],
     )
+    if not versions:  # said on stderr: piped, stdout stays the header alone
+        error_console.print("no dataset version recorded yet")
     for v in versions:
         for warning in v.warnings:
             warn(f"{v.ref}: {warning}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pipeline.cli._common import context, print_json, print_table
+from pipeline.cli._common import context, error_console, print_json, print_table
 from pipeline.enums import FileState
 
 app = typer.Typer(no_args_is_help=True, help="Source files and the state each ended in.")
@@ -24,5 +24,8 @@ def list_(
         rows = list_files(session, state=state, vendor=vendor)
     if as_json:
         print_json(rows)
-    else:
-        print_table("source files", rows, ["vendor", "path", "state", "reasons", "duplicate_of", "sha256"])
+        return
+    print_table("source files", rows, ["vendor", "path", "state", "reasons", "duplicate_of", "sha256"])
+    if not rows:  # said on stderr: piped, stdout stays the header alone
+        filtered = state is not None or vendor is not None
+        error_console.print("no source file matches" if filtered else "no source file recorded yet")

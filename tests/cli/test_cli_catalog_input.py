@@ -110,6 +110,18 @@ def test_dataset_list_of_an_unknown_dataset_is_an_error_not_an_empty_table(
     )
 
 
+def test_empty_listings_say_they_are_empty_beside_the_header(sluice: Sluice, env: dict[str, str]) -> None:
+    for args, said in (
+        (["files", "list"], "no source file recorded yet"),
+        (["files", "list", "--state", "duplicate"], "no source file matches"),
+        (["dataset", "list"], "no dataset version recorded yet"),
+    ):
+        result = sluice(args, env)
+        assert result.returncode == 0, result.stderr
+        assert len(result.stdout.splitlines()) == 1, result.stdout  # the header, for programs
+        assert said in result.stderr, (args, result.stderr)
+
+
 def test_export_to_a_folder_that_cannot_be_made_is_refused_first(
     sluice: Sluice, env: dict[str, str], afile: Path, under_proc: Path
 ) -> None:
