@@ -107,8 +107,12 @@ class Store:
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
         if self.local:
+            from pipeline.paths import make_folder
+
             for area in (RAW, TMP):
-                Path(self.root, area).mkdir(parents=True, exist_ok=True)
+                why_not = make_folder(Path(self.root, area))
+                if why_not is not None:  # a store URL naming a file, or where nothing can be made
+                    raise StoreError(f"the store's folder {Path(self.root, area)} cannot be made: {why_not}")
 
     def __repr__(self) -> str:
         return f"Store({self.fs.unstrip_protocol(self.root)!r})"

@@ -101,6 +101,18 @@ def test_scrub_refuses_an_unknown_kind_and_says_when_it_checked_nothing(
     assert "warning: the catalog records no stored object yet: nothing was checked" in everything.stderr
 
 
+def test_a_store_url_where_no_folder_can_be_made_is_named(
+    sluice: Sluice, env: dict[str, str], afile: Path, under_proc: Path
+) -> None:
+    for store, why in (
+        (afile / "store", f"{afile} is a file, not a directory"),
+        (under_proc, "the filesystem of /proc refused it"),
+    ):
+        for args in (["scrub"], ["shard", "any@v1"]):
+            result = sluice(args, {**env, "SLUICE_STORE_URL": str(store)})
+            clean_error(result, f"the store's folder {store / 'raw'} cannot be made: {why}")
+
+
 def test_dataset_list_of_an_unknown_dataset_is_an_error_not_an_empty_table(
     sluice: Sluice, env: dict[str, str]
 ) -> None:
