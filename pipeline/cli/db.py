@@ -47,19 +47,34 @@ def down(destroy: bool = typer.Option(False, help="Also delete the cluster's fil
 
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Say whether the local cluster runs, and where."""
+    """Say whether the local cluster runs, and where; with SLUICE_DATABASE_URL set, whether that server
+    answers and the catalog's revision there. Exit 1 when the catalog's server is not there."""
     from pipeline.pgserver import local_cluster
 
     info = local_cluster(load_settings()).status().as_dict()
     info.pop("url", None)  # carries the password; `sluice db url` prints it on purpose
-    info["external_url_set"] = bool(_external_url())
+    external = _external_url()
+    info["external_url_set"] = bool(external)
+    if external:
+        info.update(_reach(external))
     if as_json:
         print(json.dumps(info))
     else:
         for key, value in info.items():
-            console.print(f"{key}: {value}")
-    if not info["running"] and not info["external_url_set"]:
+            console.print(f"{key}: {value}", highlight=False)
+    if not info["running"] and not info.get("external_reachable"):
         raise typer.Exit(1)
+
+
+def _reach(url: str) -> dict[str, object]:
+    """Whether the server at ``url`` answers, and the catalog revision it holds (None: never migrated)."""
+    from pipeline.catalog.migrate import current
+    from pipeline.errors import DatabaseError
+
+    try:
+        return {"external_reachable": True, "external_revision": current(url)}
+    except DatabaseError as exc:
+        return {"external_reachable": False, "external_error": str(exc)}
 
 
 @app.command()

@@ -217,3 +217,20 @@ def test_db_migrate_says_where_the_catalog_is_not_where_it_was_asked_to_go(
     )
     up = sluice(["db", "migrate"], env)
     assert up.returncode == 0 and f"catalog at revision {head()} (head)" in up.stdout, up.stderr
+
+
+def test_db_status_with_an_external_url_says_whether_it_answers(
+    sluice: Sluice, env: dict[str, str], tmp_path: Path
+) -> None:
+    import json
+
+    from pipeline.catalog.migrate import head
+
+    there = sluice(["db", "status", "--json"], env)
+    assert there.returncode == 0, there.stderr
+    said = json.loads(there.stdout)
+    assert said["external_reachable"] is True and said["external_revision"] == head(), said
+    gone = sluice(["db", "status"], {**env, "SLUICE_DATABASE_URL": "postgresql://me:s3cret@127.0.0.1:1/x"})
+    assert gone.returncode == 1, gone.stdout  # it said nothing of the server and exited 0
+    assert "external_reachable: False" in gone.stdout and "Connection refused" in gone.stdout
+    assert "s3cret" not in gone.stdout
