@@ -39,6 +39,7 @@ def command(
     from pipeline.errors import UnknownChoiceError
     from pipeline.manifest.errors import ManifestFetchError
     from pipeline.shard import assign_ranks, list_shards, verify_shards, write_shards
+    from pipeline.shard.errors import NoShardsError
 
     name, sep, version = dataset_version.partition("@")
     if not sep or not name or not version:
@@ -94,6 +95,8 @@ def command(
                 dataset_version_id=row,
             )
     records = list_shards(ctx.engine, row)
+    if not records:  # --verify-only of a version never sharded: nothing to verify is not a pass
+        raise NoShardsError(dataset_version)
     checks = verify_shards(ctx.store, records)
     shards: list[dict[str, Any]] = [
         {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipeline.enums import ReasonCode
-from pipeline.errors import InfrastructureError, InputError
+from pipeline.errors import InfrastructureError, InputError, SluiceError
 
 
 class ShardVerifyError(InfrastructureError):
@@ -22,3 +22,13 @@ class ShardInputError(InputError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(ReasonCode.SHARD_VERIFY_FAILED.value, detail)
+
+
+class NoShardsError(SluiceError, LookupError):
+    """Shards were asked of a dataset version that has none recorded: verifying them would check nothing."""
+
+    def __init__(self, dataset_version: str) -> None:
+        self.dataset_version = dataset_version
+        super().__init__(
+            f"no shards are recorded for {dataset_version}: `sluice shard {dataset_version}` writes them"
+        )

@@ -180,6 +180,11 @@ def test_shard_names_a_manifest_it_cannot_read_and_bounds_world_size(
     clean_error(
         result, "cannot read the parquet manifest of gone@v1", "No such file or directory", "sluice scrub"
     )
+    # verifying the shards of a version never sharded checks nothing: not a pass
+    clean_error(
+        sluice(["shard", "gone@v1", "--verify-only"], env),
+        "no shards are recorded for gone@v1: `sluice shard gone@v1` writes them",
+    )
     # checked before anything is written; a huge one once took the machine's memory
     clean_error(sluice(["shard", "gone@v1", "--world-size", "-1"], env), "greater than or equal to 0")
     clean_error(
