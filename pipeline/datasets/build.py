@@ -69,7 +69,7 @@ from pipeline.manifest.format import (
     ManifestFiles,
     write_manifest,
 )
-from pipeline.store import MANIFESTS, TMP, Store, fsync_path
+from pipeline.store import MANIFESTS, TMP, Store, StoredObject, fsync_path
 from pipeline.version import code_version
 from pipeline.warehouse.connection import WarehouseLimits, open_warehouse, statement_deadline
 
@@ -127,7 +127,8 @@ def build(
                 and latest.near_duplicates == selection.near_duplicates
             ):
                 log.info("dataset %s: unchanged since %s", spec.name, latest.ref)
-                return replace(latest, created=False, counts=selection.counts)
+                warnings = [*latest.warnings, *_damaged_manifest(store, latest, files)]
+                return replace(latest, created=False, counts=selection.counts, warnings=warnings)
             version = next_version(session, spec.name)
             key = f"{MANIFESTS}/{spec.name}/{version}"
             ipc_uri, parquet_uri = _publish(store, staging, key)
@@ -144,6 +145,23 @@ def build(
     for warning in result.warnings:
         log.warning("dataset %s: %s", result.ref, warning)
     return result
+
+
+def _damaged_manifest(store: Store, latest: DatasetVersion, files: ManifestFiles) -> list[str]:
+    """What is wrong with the stored manifest files of ``latest``, which a build found identical to what it
+    staged (``files``): a version kept as unchanged must not hide that training cannot read it."""
+    recorded = [
+        StoredObject("manifest", uri, sha256, size)
+        for uri, sha256, size in (
+            (latest.manifest_uri, latest.manifest_sha256, files.ipc_size_bytes),
+            (latest.parquet_uri, latest.parquet_sha256, files.parquet_size_bytes),
+        )
+        if uri and sha256
+    ]
+    return [
+        f"manifest file {f.uri} is {f.problem} ({f.detail}); `sluice scrub` lists every damaged object"
+        for f in store.scrub(recorded)
+    ]
 
 
 def _without(

@@ -119,6 +119,23 @@ def test_same_spec_same_catalog_same_manifest_three_times(
     assert {b for _, b in inputs if b} == set(blobs)
 
 
+def test_a_version_kept_as_unchanged_says_when_its_manifest_is_gone_from_the_store(
+    catalog: SyntheticCatalog, build_now: Build
+) -> None:
+    _fill(catalog, range(6))
+    first = build_now(_spec())
+    assert build_now(_spec()).warnings == first.warnings  # intact: nothing more to say
+    parquet = Path(str(first.parquet_uri).removeprefix("file://"))
+    parquet.unlink()
+    kept = build_now(_spec())
+    assert not kept.created and kept.ref == first.ref
+    assert kept.warnings == [
+        *first.warnings,
+        f"manifest file {first.parquet_uri} is missing (object not found in the store); "
+        "`sluice scrub` lists every damaged object",
+    ]
+
+
 def test_evaluation_episodes_never_train_in_a_later_version(
     catalog: SyntheticCatalog, build_now: Build
 ) -> None:
