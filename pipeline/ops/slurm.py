@@ -20,6 +20,11 @@ _FREE_TEXT_KEYS = ("Reason", "OS", "Comment", "Extra")
 _REASON_SETTER = re.compile(r"^(?P<text>.*?)\s*\[(?P<user>[^@\]]+)@(?P<time>[^\]]+)\]\s*$")
 
 
+#: The most names one host list may expand to: past the largest Slurm cluster, and a bound on what a
+#: garbled range (gpu[1-999999999]) takes in memory.
+MAX_HOSTLIST_NAMES = 1 << 20
+
+
 def parse_records(text: str, first_key: str) -> list[dict[str, str]]:
     """Every record of ``scontrol show ...`` output as a dict; a record starts at a ``first_key=`` line."""
     records: list[dict[str, str]] = []
@@ -167,4 +172,6 @@ def _expand_one(item: str) -> list[str]:
         width = len(low)
         for number in range(int(low), int(high if sep else low) + 1):
             out += _expand_one(f"{prefix}{number:0{width}d}{suffix}")
+            if len(out) > MAX_HOSTLIST_NAMES:  # said before the names take the controller's memory
+                raise CommandOutputError("hostlist", f"more than {MAX_HOSTLIST_NAMES} names", item)
     return out

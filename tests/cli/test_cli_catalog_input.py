@@ -239,3 +239,29 @@ def test_db_status_with_an_external_url_says_whether_it_answers(
     assert gone.returncode == 1, gone.stdout  # it said nothing of the server and exited 0
     assert "external_reachable: False" in gone.stdout and "Connection refused" in gone.stdout
     assert "s3cret" not in gone.stdout
+
+
+def test_ops_sweep_refuses_a_host_list_past_any_cluster(sluice: Sluice, tmp_path: Path) -> None:
+    import os
+
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.parent.mkdir()
+    scontrol.write_text(
+        "#!/bin/sh\necho 'ReservationName=r1 StartTime=2020-01-01T00:00:00 EndTime=2020-01-02T00:00:00'\n"
+        "echo '   Nodes=gpu[1-999999999] Users=root Flags=MAINT State=INACTIVE'\n"
+    )
+    scontrol.chmod(0o755)
+    env = {
+        "SLUICE_HOME": str(tmp_path / "home"),
+        "PATH": f"{scontrol.parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    args = [
+        "ops",
+        "sweep",
+        "reservations",
+        "--config",
+        str(REPO / "docs" / "examples" / "ops.yaml"),
+        "--dry-run",
+    ]
+    # a garbled range once expanded to a billion names (a MemoryError after gigabytes)
+    clean_error(sluice(args, env), "cannot read the output of `hostlist`: more than 1048576 names")
