@@ -118,11 +118,17 @@ def export_dataset_version(
         if ref.kind is not SourceKind.MCAP:
             skipped.append({"episode_id": episode_id, "why": VIDEO_RULE})
             continue
-        with local_file(ref.uri) as path:
-            from pipeline.annotate.source import EpisodeSource
+        try:
+            with local_file(ref.uri) as path:
+                from pipeline.annotate.source import EpisodeSource
 
-            topics = EpisodeSource(episode_id, ref.kind, path, ref.sha256).topics
-            frames = read_episode(path, camera_topics(topics), "/robot/joint_states", "/robot/action")
+                topics = EpisodeSource(episode_id, ref.kind, path, ref.sha256).topics
+                frames = read_episode(path, camera_topics(topics), "/robot/joint_states", "/robot/action")
+        except OSError as exc:  # gone from the store, unreadable: the export would not be the version
+            raise ExportError(
+                f"episode {episode_id} of {name}@{version} cannot be read from {ref.uri} ({exc.strerror or exc}); "
+                "`sluice scrub` lists every damaged object"
+            ) from exc
         episodes.append((episode_id, ref.task or "", frames))
     report = write_lerobot(
         episodes,

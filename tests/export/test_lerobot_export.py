@@ -105,6 +105,31 @@ print(json.dumps(out))
 """
 
 
+def test_an_episode_gone_from_the_store_is_an_export_error_naming_it(
+    tmp_path: Path, migrated_database_url: str
+) -> None:
+    from pipeline.annotate.inputs import episode_inputs
+
+    world = make_world(tmp_path / "home", migrated_database_url)
+    try:
+        drop = tmp_path / "drop"
+        make_robot_drop(drop, RobotDropConfig(episodes=1, seconds=1, width=64, height=48))
+        (episode,) = land(world, vendor_from_example("acme_robotics", drop), drop, "*.mcap").values()
+        with session_scope(make_session_factory(world.ctx.engine)) as session:
+            version_id = create_dataset_version(
+                session, name="lost", version="v1", spec_hash="s" * 64, spec={}
+            )
+            add_dataset_episodes(session, version_id, [(episode, "train")])
+        uri = episode_inputs(world.ctx.engine, [episode])[episode].uri
+        Path(uri.removeprefix("file://")).unlink()
+        out = tmp_path / "export"
+        with pytest.raises(ExportError, match=f"episode {episode} of lost@v1 cannot be read from {uri}"):
+            export_dataset_version(world.ctx.engine, "lost", "v1", out)
+        assert not out.exists()
+    finally:
+        world.close()
+
+
 def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str) -> None:
     world = make_world(tmp_path / "home", migrated_database_url)
     try:
