@@ -35,6 +35,7 @@ from pipeline.warehouse.errors import (
     QueryTimeoutError,
     WarehouseBusyError,
     WarehouseMissingError,
+    WarehouseUncreatableError,
     WarehouseUnreadableError,
 )
 
@@ -151,7 +152,11 @@ def open_warehouse(
     if read_only and not path.exists():
         raise WarehouseMissingError(path)
     if not read_only:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        from pipeline.paths import make_folder
+
+        why_not = make_folder(path.parent)
+        if why_not is not None:  # SLUICE_HOME under a file or where nothing can be made
+            raise WarehouseUncreatableError(path, why_not)
     config: dict[str, str | bool | int | float | list[str]] = {
         "temp_directory": str(spill_dir(path)),
         "autoinstall_known_extensions": False,

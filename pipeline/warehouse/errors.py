@@ -38,6 +38,14 @@ class WarehouseUnreadableError(SluiceError):
         )
 
 
+class WarehouseUncreatableError(SluiceError):
+    """The warehouse's folder cannot be made: a file is in the way, or the filesystem refuses it."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        self.path = path
+        super().__init__(f"the warehouse {path} cannot be created: {why}")
+
+
 class SyncSourceError(DatabaseError):
     """The catalog cannot be read for a sync (unreachable, or its schema is behind the code's)."""
 

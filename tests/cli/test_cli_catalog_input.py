@@ -113,6 +113,14 @@ def test_a_store_url_where_no_folder_can_be_made_is_named(
             clean_error(result, f"the store's folder {store / 'raw'} cannot be made: {why}")
 
 
+def test_a_warehouse_whose_folder_cannot_be_made_is_named(
+    sluice: Sluice, env: dict[str, str], afile: Path, under_proc: Path
+) -> None:
+    for home, why in ((afile / "home", f"{afile} is a file, not a directory"), (under_proc, "refused it")):
+        result = sluice(["warehouse", "sync"], {**env, "SLUICE_HOME": str(home)})
+        clean_error(result, f"the warehouse {home / 'warehouse.duckdb'} cannot be created", why)
+
+
 def test_dataset_list_of_an_unknown_dataset_is_an_error_not_an_empty_table(
     sluice: Sluice, env: dict[str, str]
 ) -> None:
