@@ -212,7 +212,11 @@ class LocalPostgres:
         return RUN_AS_WHEN_ROOT if os.geteuid() == 0 else None
 
     def _initdb(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        from pipeline.paths import make_folder
+
+        why_not = make_folder(self.root)
+        if why_not is not None:  # SLUICE_HOME where nothing can be made (/proc, read-only)
+            raise DatabaseError(f"cannot make the local cluster's folder {self.root}: {why_not}")
         if not self._password_file.exists():
             write_secret(self._password_file, secrets.token_urlsafe(24))
         user = self._run_as

@@ -100,9 +100,11 @@ class Settings(BaseSettings):
     @classmethod
     def _home_is_a_folder(cls, home: Path) -> Path:
         # os.path: a home under a folder this user cannot enter is said later, by what tries to use it
-        where = home.expanduser()
-        if os.path.exists(where) and not os.path.isdir(where):
-            raise ValueError(f"{home} is a file, not a folder")
+        from pipeline.paths import nearest_existing
+
+        where = nearest_existing(home.expanduser())  # the home, or what is in the way of making it
+        if not os.path.isdir(where):
+            raise ValueError(f"{where} is a file, not a folder")
         return home
 
     @field_validator("database_url", "ingest_database_url", "airflow_database_url")

@@ -121,6 +121,18 @@ def test_a_warehouse_whose_folder_cannot_be_made_is_named(
         clean_error(result, f"the warehouse {home / 'warehouse.duckdb'} cannot be created", why)
 
 
+def test_a_home_under_a_file_or_where_nothing_can_be_made_is_named(
+    sluice: Sluice, afile: Path, under_proc: Path
+) -> None:
+    under_a_file = {"SLUICE_HOME": str(afile / "home")}
+    for args in (["db", "status"], ["db", "up"], ["files", "list"]):
+        clean_error(sluice(args, under_a_file), "SLUICE_HOME", f"{afile} is a file, not a folder")
+    clean_error(
+        sluice(["db", "up"], {"SLUICE_HOME": str(under_proc)}),
+        f"cannot make the local cluster's folder {under_proc / 'pg'}: the filesystem of /proc refused it",
+    )
+
+
 def test_dataset_list_of_an_unknown_dataset_is_an_error_not_an_empty_table(
     sluice: Sluice, env: dict[str, str]
 ) -> None:
