@@ -37,12 +37,16 @@ def down(destroy: bool = typer.Option(False, help="Also delete the cluster's fil
     from pipeline.pgserver import local_cluster
 
     cluster = local_cluster(load_settings())
+    was = "stopped" if cluster.status().running else "was not running"
     if destroy:
+        existed = cluster.root.exists()
         cluster.destroy()
-        console.print("postgres stopped and its files deleted")
+        console.print(
+            f"postgres {was}; " + ("its files deleted" if existed else f"no cluster in {cluster.root}")
+        )
     else:
         cluster.down()
-        console.print("postgres stopped")
+        console.print(f"postgres {was}")
 
 
 @app.command()

@@ -288,3 +288,12 @@ def test_ops_sweep_refuses_a_host_list_past_any_cluster(sluice: Sluice, tmp_path
     ]
     # a garbled range once expanded to a billion names (a MemoryError after gigabytes)
     clean_error(sluice(args, env), "cannot read the output of `hostlist`: more than 1048576 names")
+
+
+def test_db_down_with_nothing_running_says_so(sluice: Sluice, tmp_path: Path) -> None:
+    home = {"SLUICE_HOME": str(tmp_path / "home")}
+    down = sluice(["db", "down"], home)
+    assert down.returncode == 0 and "postgres was not running" in down.stdout, down.stdout  # not "stopped"
+    destroyed = sluice(["db", "down", "--destroy"], home)
+    assert destroyed.returncode == 0, destroyed.stderr
+    assert f"no cluster in {tmp_path / 'home' / 'pg'}" in " ".join(destroyed.stdout.split()), destroyed.stdout
