@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,6 +15,20 @@ from pipeline.errors import DatabaseError
 
 #: Connections one process keeps open: a worker runs one step at a time, the CLI one command.
 DEFAULT_POOL_SIZE = 5
+#: How long a connection attempt may take (libpq's ``connect_timeout``). Without one, a host that drops
+#: packets holds every command for the kernel's SYN retries (about two minutes) before it says anything.
+CONNECT_TIMEOUT_S = 10
+
+
+def connect_args(url: str, **args: str) -> dict[str, str | int]:
+    """psycopg2's connection arguments: ``args``, plus :data:`CONNECT_TIMEOUT_S` unless the URL's query or
+    ``PGCONNECT_TIMEOUT`` already says how long to wait."""
+    from sqlalchemy.engine import make_url
+
+    out: dict[str, str | int] = dict(args)
+    if "connect_timeout" not in make_url(url).query and not os.environ.get("PGCONNECT_TIMEOUT"):
+        out["connect_timeout"] = CONNECT_TIMEOUT_S
+    return out
 
 
 def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, application_name: str = "sluice") -> Engine:
@@ -28,7 +43,7 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, application_nam
         # Long-lived Airflow and Ray workers outlive server restarts and idle timeouts.
         pool_pre_ping=True,
         isolation_level="READ COMMITTED",
-        connect_args={"application_name": application_name},
+        connect_args=connect_args(url, application_name=application_name),
     )
 
 

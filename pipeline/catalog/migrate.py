@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
 import pipeline
+from pipeline.catalog.engine import connect_args
 from pipeline.errors import DatabaseError, UnknownChoiceError
 
 log = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ def _unknown_revision(config: Config, revision: str) -> UnknownChoiceError:
 
 def _engine(url: str) -> Engine:
     # One connection is all a migration needs; no pool to leave behind.
-    return create_engine(url, poolclass=NullPool)
+    return create_engine(url, poolclass=NullPool, connect_args=connect_args(url))
 
 
 def _safe(url: str) -> str:

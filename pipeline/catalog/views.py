@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from pipeline.catalog.engine import connect_args
 from pipeline.catalog.errors import CatalogMissingError
 from pipeline.catalog.models import (
     Blob,
@@ -52,10 +53,9 @@ def read_only_engine(url: str, *, application_name: str = "sluice-view") -> Engi
         pool_size=READER_POOL_SIZE,
         # A viewer (the Airflow API server) outlives Postgres restarts.
         pool_pre_ping=True,
-        connect_args={
-            "application_name": application_name,
-            "options": "-c default_transaction_read_only=on",
-        },
+        connect_args=connect_args(
+            url, application_name=application_name, options="-c default_transaction_read_only=on"
+        ),
     )
 
 

@@ -264,6 +264,33 @@ def test_db_status_with_an_external_url_says_whether_it_answers(
     assert "s3cret" not in gone.stdout
 
 
+def test_a_catalog_server_that_never_answers_is_given_up_on_and_named(
+    sluice: Sluice, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host that takes the connection and says nothing (or drops packets) held every command for the
+    kernel's TCP retries, about two minutes, with nothing printed; the catalog's engines give up after
+    CONNECT_TIMEOUT_S."""
+    import socket
+    import time
+
+    from pipeline.catalog.engine import CONNECT_TIMEOUT_S
+
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel accepts; nobody ever answers the startup packet
+        url = f"postgresql://me:s3cret@127.0.0.1:{silent.getsockname()[1]}/x"
+        started = time.monotonic()
+        status = sluice(["db", "status"], {**env, "SLUICE_DATABASE_URL": url})
+        waited = time.monotonic() - started
+        files = sluice(["files", "list"], {**env, "SLUICE_DATABASE_URL": url})
+    assert status.returncode == 1 and "external_reachable: False" in status.stdout, status.stdout
+    assert "timeout expired" in status.stdout and "s3cret" not in status.stdout
+    assert CONNECT_TIMEOUT_S <= waited < 4 * CONNECT_TIMEOUT_S
+    assert files.returncode == 2 and "Traceback" not in files.stderr
+    assert "timeout expired" in files.stderr and "s3cret" not in files.stderr, files.stderr
+
+
 def test_ops_sweep_refuses_a_host_list_past_any_cluster(sluice: Sluice, tmp_path: Path) -> None:
     import os
 
