@@ -35,8 +35,19 @@ ConfigOption = Annotated[
     Path,
     typer.Option("--config", "-c", help=f"The node's ops YAML file (example: {EXAMPLE_CONFIG}, commented)."),
 ]
+
+
+def _node_name(value: str | None) -> str | None:
+    if value is not None and not value.strip():  # it stood for this host's name without a word
+        raise typer.BadParameter("an empty node name; leave --node out for this host's short name")
+    return value
+
+
 NodeOption = Annotated[
-    str | None, typer.Option("--node", help="Slurm node name of this host (default: the short host name).")
+    str | None,
+    typer.Option(
+        "--node", callback=_node_name, help="Slurm node name of this host (default: the short host name)."
+    ),
 ]
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Decide and log, but change nothing.")]
 

@@ -110,6 +110,14 @@ def test_a_sweep_keeps_a_node_whose_preflight_still_fails_and_says_why(
     assert calls.read_text().splitlines() == ["show node cpu01"]  # nothing resumed
 
 
+@pytest.mark.parametrize("command", [["preflight"], ["sweep", "nodes"]])
+def test_an_empty_node_name_is_refused_not_taken_for_this_host(tmp_path: Path, command: list[str]) -> None:
+    config = _config(tmp_path, "preflight:\n  min_free_bytes:\n    /: 1 MiB\n")
+    result = CliRunner().invoke(app, [*command, "--config", str(config), "--node", " "])
+    assert result.exit_code == 2, result.output
+    assert "an empty node name" in result.output
+
+
 def test_preflight_says_each_failure_once(tmp_path: Path) -> None:
     """As a person runs it: the report on stdout, logging on stderr, each FAIL said once between them."""
     config = _config(tmp_path, "preflight:\n  min_free_bytes:\n    /: 1 EiB\n")
