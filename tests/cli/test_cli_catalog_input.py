@@ -4,7 +4,6 @@ script's entry point against a migrated database of the session's Postgres."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
@@ -13,26 +12,11 @@ from clirun import Sluice, clean_error
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-PROC = Path("/proc")
 
 
 @pytest.fixture
 def env(tmp_path: Path, migrated_database_url: str) -> dict[str, str]:
     return {"SLUICE_HOME": str(tmp_path / "home"), "SLUICE_DATABASE_URL": migrated_database_url}
-
-
-@pytest.fixture
-def afile(tmp_path: Path) -> Path:
-    path = tmp_path / "afile"
-    path.write_text("not a folder\n")
-    return path
-
-
-@pytest.fixture
-def under_proc() -> Path:
-    if not PROC.is_dir():
-        pytest.skip("no /proc")
-    return PROC / f"sluice-test-{uuid.uuid4().hex}"
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ filesystem refuses new entries (``/proc``)."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,6 @@ from pipeline.cli import app
 from pipeline.errors import SluiceError
 
 runner = CliRunner(env={"COLUMNS": "200"})  # wide enough that rich does not fold the paths
-
-PROC = Path("/proc")
 
 
 def clean_error(result: Result, *expected: str) -> None:
@@ -32,20 +29,6 @@ def clean_error(result: Result, *expected: str) -> None:
         message = " ".join(result.output.replace("│", " ").split())
     for text in expected:
         assert text in message, message
-
-
-@pytest.fixture
-def afile(tmp_path: Path) -> Path:
-    path = tmp_path / "afile"
-    path.write_text("not a folder\n")
-    return path
-
-
-@pytest.fixture
-def under_proc() -> Path:
-    if not PROC.is_dir():
-        pytest.skip("no /proc")
-    return PROC / f"sluice-test-{uuid.uuid4().hex}"
 
 
 @pytest.mark.parametrize("kind", ["robot", "video"])

@@ -23,6 +23,14 @@ def _config(tmp_path: Path, text: str) -> Path:
     return path
 
 
+#: ``scontrol show node cpu01`` of a node Slurm drained for a transient reason.
+DRAINED_CPU01 = (
+    "NodeName=cpu01 Arch=x86_64 CoresPerSocket=1\n"
+    "   State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1\n"
+    "   Reason=Kill task failed [slurm@2025-03-02T03:14:07]\n"
+)
+
+
 def _stub_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, show_node: str = "") -> Path:
     """A stand-in ``scontrol`` on PATH that records its arguments (no Slurm runs here)."""
     calls = tmp_path / "scontrol-calls.txt"
@@ -75,12 +83,7 @@ def test_preflight_fails_and_drains_its_node(tmp_path: Path, monkeypatch: pytest
 def test_node_sweep_dry_run_resumes_nothing_but_says_what_it_would(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    show = (
-        "NodeName=cpu01 Arch=x86_64 CoresPerSocket=1\n"
-        "   State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1\n"
-        "   Reason=Kill task failed [slurm@2025-03-02T03:14:07]\n"
-    )
-    calls = _stub_scontrol(tmp_path, monkeypatch, show)
+    calls = _stub_scontrol(tmp_path, monkeypatch, DRAINED_CPU01)
     config = _config(tmp_path, "preflight:\n  min_free_bytes:\n    /: 1 MiB\n")
     args = ["sweep", "nodes", "--config", str(config), "--node", "cpu01", "--dry-run"]
     result = CliRunner().invoke(app, args)
@@ -96,12 +99,7 @@ def test_node_sweep_dry_run_resumes_nothing_but_says_what_it_would(
 def test_a_sweep_keeps_a_node_whose_preflight_still_fails_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    show = (
-        "NodeName=cpu01 Arch=x86_64 CoresPerSocket=1\n"
-        "   State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1\n"
-        "   Reason=Kill task failed [slurm@2025-03-02T03:14:07]\n"
-    )
-    calls = _stub_scontrol(tmp_path, monkeypatch, show)
+    calls = _stub_scontrol(tmp_path, monkeypatch, DRAINED_CPU01)
     config = _config(tmp_path, "preflight:\n  min_free_bytes:\n    /: 1 EiB\n")
     result = CliRunner().invoke(app, ["sweep", "nodes", "--config", str(config), "--node", "cpu01"])
     assert result.exit_code == 0, result.output
