@@ -13,8 +13,15 @@ from pipeline.errors import UnknownChoiceError
 from pipeline.store import Store, StoredObject
 
 ARTIFACT_KINDS = frozenset(k.value for k in ArtifactKind)
+
+
+def _manifest_kind(manifest_format: str) -> str:
+    """The kind :func:`stored_objects` gives a manifest file: ``manifest_`` and its format."""
+    return f"manifest_{manifest_format}"
+
+
 #: The kinds :func:`stored_objects` gives its objects: raw blobs, artifacts, and manifest files by format.
-STORED_OBJECT_KINDS = frozenset({"raw", *ARTIFACT_KINDS, *(f"manifest_{f.value}" for f in ManifestFormat)})
+STORED_OBJECT_KINDS = frozenset({"raw", *ARTIFACT_KINDS, *(_manifest_kind(f.value) for f in ManifestFormat)})
 
 
 def require_vendor(session: Session, name: str) -> None:
@@ -118,6 +125,6 @@ def stored_objects(session: Session, store: Store) -> list[StoredObject]:
         if uri not in seen:  # a manifest's IPC file is also its lineage artifact
             seen.add(uri)
             objects.append(
-                StoredObject(kind if kind in ARTIFACT_KINDS else f"manifest_{kind}", uri, sha256, size)
+                StoredObject(kind if kind in ARTIFACT_KINDS else _manifest_kind(kind), uri, sha256, size)
             )
     return objects

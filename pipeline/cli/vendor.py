@@ -55,8 +55,7 @@ def validate(
     from pipeline.annotate.registry import annotator_names
     from pipeline.config import config_hash, load_vendor
     from pipeline.errors import ConfigError
-    from pipeline.orchestrate.names import STEP_ORDER
-    from pipeline.orchestrate.toggles import NO_STEP
+    from pipeline.orchestrate.toggles import validate_conf
 
     console = Console(soft_wrap=True, highlight=False)
     targets = _expand(files)
@@ -87,8 +86,10 @@ def validate(
         problem = local_source_problem(vendor, base_dir)
         if problem:
             warnings.append(("source.url", problem))
-        if not any(vendor.steps[step].enabled for step in STEP_ORDER):
-            warnings.append(("steps", f"{NO_STEP}: a run that turns none on is refused"))
+        try:  # the rule a run applies to its toggles, here with none given: the vendor's own defaults
+            validate_conf(vendor, None)
+        except ConfigError as refused:
+            warnings += [("steps", why) for _, why in refused.problems]
         known = annotator_names()
         enabled = {name for name, config in vendor.annotate.annotators.items() if config.enabled}
         for name in sorted(enabled - set(known)):
