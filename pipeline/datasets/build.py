@@ -9,7 +9,9 @@ run one after the other; builders of different datasets do not wait):
    staging folder;
 4. if the dataset's latest version has the same spec hash, the same manifest sha256 and the same
    near-duplicate report, nothing changed:
-   return that version (``created=False``) and discard the staging copy;
+   return that version (``created=False``), after re-hashing its stored manifest files and putting back,
+   from the staging copy, any that went missing or changed (only when the copy has the recorded sha256),
+   then discard the staging copy;
 5. otherwise publish the files by rename under ``manifests/<dataset>/<version>/`` in the store, then record
    the version (its spec, with the near-duplicate report of the selection: which episode each dropped
    near-duplicate lost to), both manifest files, the episodes with their splits, and the lineage: the
@@ -40,7 +42,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.catalog.engine import make_session_factory, session_scope
-from pipeline.catalog.models import ManifestFormat
+from pipeline.catalog.models import Manifest, ManifestFormat
 from pipeline.catalog.outputs import (
     INSERT_CHUNK_ROWS,
     add_dataset_episodes,
@@ -81,6 +83,8 @@ EXCLUDED_KEY = "excluded"
 EPISODE_ID_INT = "episode_id_int"
 #: First key of the per-dataset advisory locks (``pg_advisory_xact_lock(int4, int4)``); any fixed int4.
 DATASET_LOCK_NAMESPACE = 0x0DA7A5E7
+#: A scrub finding's problem, as a build's warning says it.
+_DAMAGE = {"hash": "changed", "size": "of another size"}
 
 
 def build(
@@ -127,7 +131,7 @@ def build(
                 and latest.near_duplicates == selection.near_duplicates
             ):
                 log.info("dataset %s: unchanged since %s", spec.name, latest.ref)
-                warnings = [*latest.warnings, *_damaged_manifest(store, latest, files)]
+                warnings = [*latest.warnings, *_restore_damaged(session, store, latest, files)]
                 return replace(latest, created=False, counts=selection.counts, warnings=warnings)
             version = next_version(session, spec.name)
             key = f"{MANIFESTS}/{spec.name}/{version}"
@@ -142,26 +146,69 @@ def build(
         result.row_count,
         result.split_episodes,
     )
-    for warning in result.warnings:
-        log.warning("dataset %s: %s", result.ref, warning)
+    for warning in result.warnings:  # the result carries them: its callers say them to their users
+        log.info("dataset %s: %s", result.ref, warning)
     return result
 
 
-def _damaged_manifest(store: Store, latest: DatasetVersion, files: ManifestFiles) -> list[str]:
-    """What is wrong with the stored manifest files of ``latest``, which a build found identical to what it
-    staged (``files``): a version kept as unchanged must not hide that training cannot read it."""
+def _restore_damaged(
+    session: Session, store: Store, latest: DatasetVersion, files: ManifestFiles
+) -> list[str]:
+    """Check the stored manifest files of ``latest``, which a build found identical to what it staged
+    (``files``), and put back each one that is missing or changed from the staged copy, when that copy has
+    the recorded sha256 (so the version's record stays true). Returns one line per file it found damaged:
+    a version kept as unchanged must not hide that training could not read it."""
+    staged = {
+        latest.manifest_uri: (files.ipc_path, files.ipc_sha256),
+        latest.parquet_uri: (files.parquet_path, files.parquet_sha256),
+    }
     recorded = [
         StoredObject("manifest", uri, sha256, size)
-        for uri, sha256, size in (
-            (latest.manifest_uri, latest.manifest_sha256, files.ipc_size_bytes),
-            (latest.parquet_uri, latest.parquet_sha256, files.parquet_size_bytes),
+        for uri, sha256, size in session.execute(
+            select(Manifest.uri, Manifest.sha256, Manifest.size_bytes).where(Manifest.uri.in_(staged))
         )
-        if uri and sha256
     ]
-    return [
-        f"manifest file {f.uri} is {f.problem} ({f.detail}); `sluice scrub` lists every damaged object"
-        for f in store.scrub(recorded)
-    ]
+    lines = []
+    sizes = {o.uri: o.size_bytes for o in recorded}
+    for found in store.scrub(recorded):
+        damage = f"manifest file {found.uri} was {_DAMAGE.get(found.problem, found.problem)} ({found.detail})"
+        path, sha256 = staged[found.uri]
+        key = store.key_of(found.uri)
+        if sha256 != found.sha256 or key is None:
+            why = "this build's copy differs" if sha256 != found.sha256 else "it lies outside this store"
+            lines.append(f"{damage}; not restored ({why}); `sluice scrub` lists every damaged object")
+            continue
+        _put_back(store, path, key)
+        size = sizes[found.uri]
+        after = next(store.scrub([StoredObject("manifest", found.uri, found.sha256, size)]), None)
+        if after is not None:
+            lines.append(f"{damage}; restoring it failed: {after.problem} ({after.detail})")
+            continue
+        lines.append(f"{damage}; restored from this build's identical copy")
+    for line in lines:
+        log.info("dataset %s: %s", latest.ref, line)
+    return lines
+
+
+def _put_back(store: Store, staged: Path, key: str) -> None:
+    """Write ``staged`` at ``key``, replacing what is there in one step (a reader sees old or new)."""
+    final = store.path(key)
+    try:
+        if store.local:
+            target = Path(final)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.restore-{uuid.uuid4().hex}")
+            try:
+                shutil.copyfile(staged, tmp)
+                fsync_path(tmp)
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+            fsync_path(target.parent)
+        else:  # an object store's put replaces the object whole
+            store.fs.put_file(str(staged), final)
+    except OSError as exc:
+        raise StoreError(f"cannot restore the manifest file {store.url(key)}: {exc}") from exc
 
 
 def _without(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,10 +45,13 @@ def _fill(catalog: SyntheticCatalog, sessions: range, per_session: int = 3, **kw
         ]
 
 
+def _file(uri: str | None) -> Path:
+    assert uri is not None
+    return Path(uri.removeprefix("file://"))
+
+
 def _manifest(version: DatasetVersion) -> pa.Table:
-    assert version.manifest_uri is not None
-    path = Path(version.manifest_uri.removeprefix("file://"))
-    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    return pa.ipc.open_file(pa.memory_map(str(_file(version.manifest_uri)))).read_all()
 
 
 def _by_split(version: DatasetVersion) -> dict[str, set[int]]:
@@ -119,21 +123,65 @@ def test_same_spec_same_catalog_same_manifest_three_times(
     assert {b for _, b in inputs if b} == set(blobs)
 
 
-def test_a_version_kept_as_unchanged_says_when_its_manifest_is_gone_from_the_store(
-    catalog: SyntheticCatalog, build_now: Build
+def test_a_version_kept_as_unchanged_puts_back_a_manifest_file_gone_from_the_store(
+    catalog: SyntheticCatalog, build_now: Build, caplog: pytest.LogCaptureFixture
 ) -> None:
     _fill(catalog, range(6))
     first = build_now(_spec())
     assert build_now(_spec()).warnings == first.warnings  # intact: nothing more to say
-    parquet = Path(str(first.parquet_uri).removeprefix("file://"))
+    parquet = _file(first.parquet_uri)
+    recorded = hashlib.sha256(parquet.read_bytes()).hexdigest()
     parquet.unlink()
-    kept = build_now(_spec())
+    with caplog.at_level(logging.INFO, logger="pipeline.datasets.build"):
+        kept = build_now(_spec())
     assert not kept.created and kept.ref == first.ref
     assert kept.warnings == [
         *first.warnings,
-        f"manifest file {first.parquet_uri} is missing (object not found in the store); "
-        "`sluice scrub` lists every damaged object",
+        f"manifest file {first.parquet_uri} was missing (object not found in the store); "
+        "restored from this build's identical copy",
     ]
+    assert hashlib.sha256(parquet.read_bytes()).hexdigest() == recorded == first.parquet_sha256
+    # said once, by whoever called build (the CLI, the demo): the library logs it below WARNING
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert build_now(_spec()).warnings == first.warnings  # whole again
+
+
+def test_a_version_kept_as_unchanged_puts_back_a_changed_manifest_file(
+    catalog: SyntheticCatalog, build_now: Build
+) -> None:
+    _fill(catalog, range(6))
+    first = build_now(_spec())
+    ipc = _file(first.manifest_uri)
+    whole = ipc.read_bytes()
+    flipped = whole[:100] + bytes([whole[100] ^ 1]) + whole[101:]  # one bit flipped, same size
+    ipc.write_bytes(flipped)
+    kept = build_now(_spec())
+    assert kept.warnings[len(first.warnings) :] == [
+        f"manifest file {first.manifest_uri} was changed (sha256 is now {hashlib.sha256(flipped).hexdigest()}); "
+        "restored from this build's identical copy"
+    ]
+    assert ipc.read_bytes() == whole
+    assert _manifest(kept).num_rows == first.row_count
+
+
+def test_a_manifest_file_is_not_put_back_from_a_copy_that_differs_from_the_record(
+    catalog: SyntheticCatalog, build_now: Build, catalog_engine: Engine
+) -> None:
+    # a newer Parquet writer can write other bytes for the same rows: the version's record names the old
+    # file's sha256, so a copy with another one must not stand in for it
+    _fill(catalog, range(6))
+    first = build_now(_spec())
+    other = "0" * 64
+    with catalog_engine.begin() as conn:
+        conn.execute(sa.update(Manifest).where(Manifest.uri == first.parquet_uri).values(sha256=other))
+    parquet = _file(first.parquet_uri)
+    parquet.unlink()
+    kept = build_now(_spec())
+    assert kept.warnings[len(first.warnings) :] == [
+        f"manifest file {first.parquet_uri} was missing (object not found in the store); not restored "
+        "(this build's copy differs); `sluice scrub` lists every damaged object"
+    ]
+    assert not parquet.exists()
 
 
 def test_evaluation_episodes_never_train_in_a_later_version(
