@@ -61,6 +61,25 @@ def head() -> str:
     return revision
 
 
+def behind(revision: str, at: str | None) -> bool:
+    """Whether ``revision`` (any form Alembic resolves: a full id, a unique prefix, ``heads``,
+    ``0002@head``) lies strictly behind the revision ``at``, where an upgrade to it does nothing."""
+    from alembic.util.exc import CommandError
+
+    if at is None or not revision.strip():  # Alembic fails an assertion on an empty one
+        return False
+    script = ScriptDirectory.from_config(alembic_config())
+    try:
+        target = script.get_revision(revision)
+    except CommandError:  # relative, unknown or ambiguous: the migration itself has said what is wrong
+        return False
+    if target is None:  # base
+        return True
+    return target.revision != at and any(
+        r.revision == target.revision for r in script.iterate_revisions(at, "base")
+    )
+
+
 def upgrade(url: str, revision: str = "head") -> None:
     """Migrate the database at ``url`` up to ``revision``."""
     _run(url, "upgrade", revision)

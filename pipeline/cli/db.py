@@ -92,7 +92,7 @@ def url() -> None:
 @app.command()
 def migrate(revision: str = typer.Argument("head", help="Target revision.")) -> None:
     """Upgrade the catalog schema, then create the writer and curation roles and grant them."""
-    from pipeline.catalog.migrate import current
+    from pipeline.catalog.migrate import behind, current
     from pipeline.cli._common import warn
     from pipeline.pgserver import database_url, migrate_catalog
 
@@ -100,8 +100,7 @@ def migrate(revision: str = typer.Argument("head", help="Target revision.")) -> 
     roles = migrate_catalog(settings, revision)
     at = current(database_url(settings))
     console.print(f"catalog at {_revision(at)}; roles: {', '.join(roles) or 'grants refreshed'}")
-    if revision not in ("head", at) and not revision.startswith(("+", "-")) and at is not None:
-        # Alembic's upgrade to a revision behind the catalog's does nothing and says nothing
+    if behind(revision, at):  # Alembic's upgrade to a revision behind the catalog's does nothing, silently
         warn(
             f"the catalog is past {revision}: migrate only goes forward; `sluice db downgrade {revision}` goes back"
         )
