@@ -33,6 +33,8 @@ logs how many were left out: training never meets them mid-run.
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import os
 import random
 import secrets
@@ -199,10 +201,8 @@ class SampleLoader:
         _check_int("max_open_readers", max_open_readers, 1)
         _check_int("prefetch", prefetch, 0)
         _check_int("frames_per_camera", frames_per_camera, 1)
-        if not window_s >= 0:
-            raise LoaderArgumentError("window_s", window_s, "seconds >= 0")
-        if not frame_stride_s >= 0:
-            raise LoaderArgumentError("frame_stride_s", frame_stride_s, "seconds >= 0")
+        _check_seconds("window_s", window_s)
+        _check_seconds("frame_stride_s", frame_stride_s)
         table = _rows_table(source)
         supported = _supported_positions(table, skip_unsupported)
         if supported.size == 0:
@@ -673,6 +673,12 @@ def _supported_positions(table: pa.Table, skip_unsupported: bool) -> np.ndarray:
             unsupported.size, table.num_rows,
         )  # fmt: skip
     return np.flatnonzero(mask)
+
+
+def _check_seconds(what: str, value: float) -> None:
+    """A finite real number of seconds >= 0 (an infinite or NaN one cannot become nanoseconds)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+        raise LoaderArgumentError(what, value, "a finite number of seconds >= 0")
 
 
 def _check_int(what: str, value: int, least: int) -> None:

@@ -342,3 +342,12 @@ def test_an_episode_without_cameras_is_sampled(path: Path, tmp_path: Path) -> No
     for sample in batch:
         assert sample.frames == {}
         assert sample.proprio and all(sample.proprio.values())
+
+
+@pytest.mark.parametrize("option", ["window_s", "frame_stride_s"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0, "2"])
+def test_seconds_must_be_finite_and_not_negative(path: Path, option: str, value: object) -> None:
+    """Refused when the loader is made, by name: an infinite window used to escape as an OverflowError from
+    turning it into nanoseconds, a string as a TypeError from comparing it."""
+    with pytest.raises(LoaderArgumentError, match=rf"{option} .* expected a finite number of seconds >= 0"):
+        SampleLoader([path], 1, **{option: value})
