@@ -23,7 +23,14 @@ from pipeline.reader.loader import (
     SampleReadError,
     UnsupportedRowsError,
 )
-from pipeline.reader.sample import CameraFrame, EpisodeReader, FrameDecodeError, Sample, open_episode
+from pipeline.reader.sample import (
+    CameraFrame,
+    EpisodeReader,
+    FrameDecodeError,
+    Sample,
+    SampleArgumentError,
+    open_episode,
+)
 
 __all__ = [
     "CameraFrame",
@@ -37,6 +44,7 @@ __all__ = [
     "LoaderWorkerDiedError",
     "ReadCounters",
     "Sample",
+    "SampleArgumentError",
     "SampleBatch",
     "SampleLoader",
     "SampleLoaderError",

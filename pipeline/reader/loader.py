@@ -203,6 +203,9 @@ class SampleLoader:
         _check_int("frames_per_camera", frames_per_camera, 1)
         _check_seconds("window_s", window_s)
         _check_seconds("frame_stride_s", frame_stride_s)
+        for what, names in (("topics", topics), ("cameras", cameras)):
+            if isinstance(names, str | bytes):  # would be read as one name per character
+                raise LoaderArgumentError(what, names, "a list of names (or None for the episode's own)")
         table = _rows_table(source)
         supported = _supported_positions(table, skip_unsupported)
         if supported.size == 0:

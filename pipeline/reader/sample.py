@@ -14,7 +14,7 @@ import bisect
 import json
 import json.scanner
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -26,7 +26,7 @@ import zstandard
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 
 from pipeline.enums import ReasonCode
-from pipeline.errors import InputError
+from pipeline.errors import InputError, SluiceError
 from pipeline.reader.counters import ReadCounters
 from pipeline.reader.decode import SparseDecoder, plan_runs
 from pipeline.reader.index import CameraTable, ChunkInfo, EpisodeIndex, MessageLoc, build_index
@@ -55,6 +55,16 @@ class FrameDecodeError(InputError):
             f"{source}: camera {camera}: frame {position} (pts {stamp_ns} ns) did not decode from its "
             "keyframe and reference frames",
         )
+
+
+class SampleArgumentError(SluiceError, ValueError):
+    """A sample request the episode or the reader cannot serve: a camera or topic the episode does not
+    have, or an option outside what is allowed."""
+
+    def __init__(self, what: str, value: object, allowed: str, source: str | None = None) -> None:
+        self.value = value
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{what} {value!r} is not allowed; expected {allowed}")
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,10 @@ class EpisodeReader:
         self.pixel_format = pixel_format
         self.totals = ReadCounters()
         self._zstd = zstandard.ZstdDecompressor()
+        # what sample() can decode: JSON messages (state, actions), not the cameras' or calibrations' protobuf
+        self._json_topics = frozenset(
+            c.topic for c in self.index.channels.values() if c.message_encoding == "json"
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -181,8 +195,8 @@ class EpisodeReader:
         ``k`` in ``0..K-1`` (K = ``frames_per_camera``). ``decode=False`` reads everything the frames need
         but returns them undecoded (``image`` None): for measuring I/O alone."""
         counters = ReadCounters(samples=1)
-        topics = self.proprio_topics if topics is None else list(topics)
-        cameras = self.cameras if cameras is None else list(cameras)
+        topics = self.proprio_topics if topics is None else self._known("topic", topics, self._json_topics)
+        cameras = self.cameras if cameras is None else self._known("camera", cameras, self.index.cameras)
         window_ns = int(window_s * NS_PER_S)
         wanted: list[tuple[str, MessageLoc]] = []
         for topic in topics:
@@ -199,6 +213,18 @@ class EpisodeReader:
         self.totals.add(counters)
         return Sample(t_ns, proprio, frames, counters)
 
+    def _known(self, what: str, names: Sequence[str], allowed: Collection[str]) -> list[str]:
+        """``names`` as a list, each one of ``allowed`` (a typo must not read as an empty stream)."""
+        if isinstance(names, str | bytes):
+            raise SampleArgumentError(f"{what}s", names, f"a list of {what} names, not one string")
+        names = list(names)
+        for name in names:
+            if name not in allowed:
+                raise SampleArgumentError(
+                    what, name, f"one of this episode's: {', '.join(sorted(allowed))}", self.index.source
+                )
+        return names
+
     def frames(
         self, requests: Mapping[str, Sequence[int]], *, decode: bool = True
     ) -> tuple[dict[str, list[CameraFrame]], ReadCounters]:
@@ -207,6 +233,7 @@ class EpisodeReader:
         in one call: their dependency closures merged, a shared anchor decoded once."""
         counters = ReadCounters(samples=1)
         positions = {}
+        self._known("camera", list(requests), self.index.cameras)
         for name, indexes in requests.items():
             table = self.index.cameras[name]
             try:

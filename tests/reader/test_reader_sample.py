@@ -14,7 +14,7 @@ from reader_helpers import source_stamps
 
 from pipeline.bench.read import rewrite_default_layout
 from pipeline.media.framecode import read_frame_index
-from pipeline.reader import EpisodeReader, ReadCounters, open_episode
+from pipeline.reader import EpisodeReader, ReadCounters, SampleArgumentError, open_episode
 
 NS = 1_000_000_000
 Episode = Callable[[str], tuple[Path, Path]]
@@ -135,3 +135,24 @@ def test_a_sparse_request_reads_only_the_records_it_needs(episode: Episode) -> N
     assert exact.bytes_read == exact.bytes_used
     assert exact.reads > coalesced.reads >= 1
     assert coalesced.bytes_read > exact.bytes_read
+
+
+def test_a_camera_or_topic_the_episode_lacks_is_refused_by_name(episode: Episode) -> None:
+    """A misspelt camera used to escape as a bare KeyError, and a misspelt topic (or a topic given as one
+    string, read as one topic per character) came back as an empty list of messages, like a quiet window."""
+    _, path = episode("random_access")
+    with open_episode(path) as reader:
+        t_ns = reader.start_ns + NS
+        with pytest.raises(
+            SampleArgumentError, match=r"camera 'nope' .* one of this episode's: front, wrist"
+        ):
+            reader.sample(t_ns, cameras=["nope"])
+        with pytest.raises(SampleArgumentError, match=r"topic '/robot/joint_state' .* /robot/action, "):
+            reader.sample(t_ns, topics=["/robot/joint_state"])
+        with pytest.raises(SampleArgumentError, match="topic '/cam/front/h264'"):  # protobuf, not JSON
+            reader.sample(t_ns, topics=["/cam/front/h264"])
+        with pytest.raises(SampleArgumentError, match=r"topics '/robot/action' .* not one string"):
+            reader.sample(t_ns, topics="/robot/action")
+        with pytest.raises(SampleArgumentError, match="camera 'nope'"):
+            reader.frames({"nope": [0]})
+        assert reader.sample(t_ns, topics=["/robot/action"], cameras=["front"]).proprio["/robot/action"]

@@ -351,3 +351,19 @@ def test_seconds_must_be_finite_and_not_negative(path: Path, option: str, value:
     turning it into nanoseconds, a string as a TypeError from comparing it."""
     with pytest.raises(LoaderArgumentError, match=rf"{option} .* expected a finite number of seconds >= 0"):
         SampleLoader([path], 1, **{option: value})
+
+
+@pytest.mark.parametrize("option", ["topics", "cameras"])
+def test_topics_or_cameras_as_one_string_are_refused_when_made(path: Path, option: str) -> None:
+    """One string used to be read as one name per character: cameras failed on the first batch with
+    KeyError('f'), topics gave every sample empty message lists."""
+    with pytest.raises(LoaderArgumentError, match=rf"{option} 'front' .* a list of names"):
+        SampleLoader([path], 1, **{option: "front"})
+
+
+def test_a_camera_the_episode_lacks_names_the_row_and_the_cameras(path: Path) -> None:
+    with SampleLoader([path], 1, cameras=["nope"]) as loader, pytest.raises(SampleReadError) as caught:
+        next(iter(loader))
+    assert "camera 'nope' is not allowed; expected one of this episode's: front, wrist_left" in str(
+        caught.value
+    )
