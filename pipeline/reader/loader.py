@@ -589,6 +589,12 @@ _ROW_FIELDS = (
     pa.field(mf.URI_SHA256, pa.string()),
 )
 
+#: What Arrow raises for a value that does not fit its column (a string, a fraction, past int64).
+_CONVERSION_ERRORS = (pa.ArrowException, OverflowError, TypeError)
+_ROW_VALUES = (
+    "start_ns and end_ns as integer nanoseconds within int64 (or None), uri and uri_sha256 as strings"
+)
+
 
 def _rows_table(source: RowsSource) -> pa.Table:
     """The source's rows as a table of ``uri``, ``episode_id``, ``start_ns``, ``end_ns`` (zero-copy for a
@@ -600,7 +606,13 @@ def _rows_table(source: RowsSource) -> pa.Table:
         columns = []
         for field in _ROW_FIELDS:
             if field.name in table.column_names:
-                columns.append(table.column(field.name).cast(field.type))
+                column = table.column(field.name)
+                try:
+                    columns.append(column.cast(field.type))
+                except _CONVERSION_ERRORS as exc:
+                    raise LoaderArgumentError(
+                        f"source column {field.name!r} of type", str(column.type), _ROW_VALUES + f" ({exc})"
+                    ) from exc
             elif field.name == "episode_id":
                 columns.append(table.column("uri").cast(pa.string()))
             else:
@@ -612,20 +624,31 @@ def _rows_table(source: RowsSource) -> pa.Table:
             type(source).__name__,
             "a Manifest, a pyarrow Table, or a sequence of uris, paths, EpisodeRows or row mappings",
         )
-    rows = [_as_row(item) for item in source]
-    return pa.Table.from_pylist(
-        [
-            {
-                "uri": r.uri,
-                "episode_id": r.episode_id,
-                "start_ns": r.start_ns,
-                "end_ns": r.end_ns,
-                "uri_sha256": r.uri_sha256,
-            }
-            for r in rows
-        ],
-        schema=pa.schema(_ROW_FIELDS),
-    )
+    records = [
+        {
+            "uri": r.uri,
+            "episode_id": r.episode_id,
+            "start_ns": r.start_ns,
+            "end_ns": r.end_ns,
+            "uri_sha256": r.uri_sha256,
+        }
+        for r in map(_as_row, source)
+    ]
+    schema = pa.schema(_ROW_FIELDS)
+    try:
+        return pa.Table.from_pylist(records, schema=schema)
+    except _CONVERSION_ERRORS as exc:
+        bad = next((n for n, record in enumerate(records) if not _converts(record, schema)), None)
+        what, value = ("rows", f"{len(records)} rows") if bad is None else (f"row {bad}", records[bad])
+        raise LoaderArgumentError(what, value, _ROW_VALUES + f" ({exc})") from exc
+
+
+def _converts(record: dict[str, Any], schema: pa.Schema) -> bool:
+    try:
+        pa.Table.from_pylist([record], schema=schema)
+    except _CONVERSION_ERRORS:
+        return False
+    return True
 
 
 def _recorded_digests(table: pa.Table) -> dict[str, str]:

@@ -7,7 +7,9 @@ import hashlib
 import logging
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import av
 import psutil
@@ -349,16 +351,18 @@ def test_an_episode_without_cameras_is_sampled(path: Path, tmp_path: Path) -> No
 def test_seconds_must_be_finite_and_not_negative(path: Path, option: str, value: object) -> None:
     """Refused when the loader is made, by name: an infinite window used to escape as an OverflowError from
     turning it into nanoseconds, a string as a TypeError from comparing it."""
+    options: dict[str, Any] = {option: value}
     with pytest.raises(LoaderArgumentError, match=rf"{option} .* expected a finite number of seconds >= 0"):
-        SampleLoader([path], 1, **{option: value})
+        SampleLoader([path], 1, **options)
 
 
 @pytest.mark.parametrize("option", ["topics", "cameras"])
 def test_topics_or_cameras_as_one_string_are_refused_when_made(path: Path, option: str) -> None:
     """One string used to be read as one name per character: cameras failed on the first batch with
     KeyError('f'), topics gave every sample empty message lists."""
+    options: dict[str, Any] = {option: "front"}
     with pytest.raises(LoaderArgumentError, match=rf"{option} 'front' .* a list of names"):
-        SampleLoader([path], 1, **{option: "front"})
+        SampleLoader([path], 1, **options)
 
 
 def test_a_camera_the_episode_lacks_names_the_row_and_the_cameras(path: Path) -> None:
@@ -367,3 +371,24 @@ def test_a_camera_the_episode_lacks_names_the_row_and_the_cameras(path: Path) ->
     assert "camera 'nope' is not allowed; expected one of this episode's: front, wrist_left" in str(
         caught.value
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "named"),
+    [
+        (lambda p: [{"uri": str(p)}, {"uri": str(p), "start_ns": "5"}], "row 1"),
+        (lambda p: [{"uri": str(p), "end_ns": 2**70}], "row 0"),
+        (
+            lambda p: pa.table({"uri": [str(p)], "start_ns": [1.5]}),
+            "source column 'start_ns' of type 'double'",
+        ),
+        (lambda p: pa.table({"uri": [str(p)], "end_ns": ["a"]}), "source column 'end_ns' of type 'string'"),
+    ],
+    ids=["string start", "end past int64", "fractional start column", "string end column"],
+)
+def test_row_times_that_are_not_int64_nanoseconds_are_refused_when_made(
+    path: Path, source: Callable[[Path], object], named: str
+) -> None:
+    """They used to escape from Arrow's conversion as ArrowInvalid or OverflowError."""
+    with pytest.raises(LoaderArgumentError, match=rf"{named} .* start_ns and end_ns as integer nanoseconds"):
+        SampleLoader(source(path), 1)
