@@ -5,7 +5,7 @@
 * :mod:`.verify` – :func:`verify_file`: a shard against its index and its record;
 * :mod:`.catalog` – :func:`list_shards` (readers list shards through records only), :func:`verify_shards`;
 * :mod:`.ranks` – :func:`assign_ranks`: near-equal bytes per training rank, with the planner;
-* :mod:`.reader` – :func:`iter_samples`: a shard's samples as ``(key, {ext: bytes})``.
+* :mod:`.reader` – :func:`iter_samples`: a shard's samples as ``(key, {ext: bytes})``, checked against its index.
 """
 
 from pipeline.shard.catalog import ShardRecord, list_shards, verify_shards
