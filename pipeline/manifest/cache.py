@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from filelock import Timeout as FileLockTimeout
 from pipeline.errors import SluiceError
 from pipeline.manifest.errors import (
     CacheLockTimeoutError,
+    ManifestArgumentError,
     ManifestFetchError,
     ManifestIntegrityError,
     ManifestUnverifiableError,
@@ -79,6 +81,15 @@ def fetch(
     ``expected_sha256`` (from the catalog) is checked on download and on reuse; a mismatch raises
     :class:`ManifestIntegrityError` and publishes nothing.
     """
+    # filelock waits forever on a negative timeout, and on NaN until its own check fails deep inside
+    if (
+        isinstance(lock_timeout_s, bool)
+        or not isinstance(lock_timeout_s, numbers.Real)
+        or not lock_timeout_s >= 0
+    ):
+        raise ManifestArgumentError(
+            "lock_timeout_s", lock_timeout_s, "seconds >= 0 (float('inf') to wait without a limit)"
+        )
     try:
         fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
     except (ValueError, ImportError) as exc:

@@ -341,6 +341,18 @@ def test_bad_ranks_and_digests_are_named(written: tuple[mf.ManifestFiles, pa.Tab
         _open_whole(files.ipc_path, tmp_path, expected_sha256="abc")
 
 
+@pytest.mark.parametrize("timeout_s", [-1, float("nan"), "60"])
+def test_a_lock_timeout_that_is_not_seconds_is_refused_before_waiting(
+    written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path, timeout_s: object
+) -> None:
+    """filelock waits forever on a negative timeout (a job would hang on a lock left by a stuck rank) and
+    raises its own ValueError on NaN; both are now refused by name, before the lock or the download."""
+    files, _ = written
+    with pytest.raises(ManifestArgumentError, match=r"lock_timeout_s .* expected seconds >= 0"):
+        _open_whole(files.ipc_path, tmp_path / "c", lock_timeout_s=timeout_s)
+    assert not (tmp_path / "c").exists()
+
+
 def test_a_held_lock_times_out_with_a_clear_error(
     written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path
 ) -> None:
