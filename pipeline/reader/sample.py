@@ -13,6 +13,8 @@ from __future__ import annotations
 import bisect
 import json
 import json.scanner
+import math
+import numbers
 import struct
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,6 +196,9 @@ class EpisodeReader:
         ``t - window < stamp <= t``, and per camera the frames on screen at ``t - (K-1-k) * stride`` for
         ``k`` in ``0..K-1`` (K = ``frames_per_camera``). ``decode=False`` reads everything the frames need
         but returns them undecoded (``image`` None): for measuring I/O alone."""
+        _check_count("frames_per_camera", frames_per_camera, 1)
+        _check_seconds("window_s", window_s)
+        _check_seconds("frame_stride_s", frame_stride_s)
         counters = ReadCounters(samples=1)
         topics = self.proprio_topics if topics is None else self._known("topic", topics, self._json_topics)
         cameras = self.cameras if cameras is None else self._known("camera", cameras, self.index.cameras)
@@ -236,12 +241,13 @@ class EpisodeReader:
         self._known("camera", list(requests), self.index.cameras)
         for name, indexes in requests.items():
             table = self.index.cameras[name]
-            try:
-                positions[name] = [table.display[k] for k in indexes]
-            except IndexError:
-                raise ValueError(
-                    f"camera {name}: display index out of 0..{len(table.display) - 1} in {list(indexes)}"
-                ) from None
+            shown = len(table.display)
+            for k in indexes:  # a negative index would silently count from the end
+                if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 0 <= k < shown:
+                    raise SampleArgumentError(
+                        f"camera {name}: display index", k, f"an integer in 0..{shown - 1}", self.index.source
+                    )
+            positions[name] = [table.display[k] for k in indexes]
         _, frames = self._read([], [], positions, counters, decode)
         self.totals.add(counters)
         return frames, counters
@@ -385,6 +391,17 @@ class EpisodeReader:
             out.append(CameraFrame(table.pts_ns[position], image))
             counters.frames_returned += 1
         return out
+
+
+def _check_count(what: str, value: int, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise SampleArgumentError(what, value, f"an integer >= {least}")
+
+
+def _check_seconds(what: str, value: float) -> None:
+    """A finite number of seconds >= 0 (an infinite or NaN one cannot become nanoseconds)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+        raise SampleArgumentError(what, value, "a finite number of seconds >= 0")
 
 
 def _json_record(record: bytes) -> Any:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -156,3 +157,30 @@ def test_a_camera_or_topic_the_episode_lacks_is_refused_by_name(episode: Episode
         with pytest.raises(SampleArgumentError, match="camera 'nope'"):
             reader.frames({"nope": [0]})
         assert reader.sample(t_ns, topics=["/robot/action"], cameras=["front"]).proprio["/robot/action"]
+
+
+def test_sample_options_and_frame_indexes_out_of_range_are_refused(episode: Episode) -> None:
+    """An infinite or NaN window or stride used to escape as OverflowError/ValueError from turning it into
+    nanoseconds, frames_per_camera 0 or less gave every camera an empty list of frames, a negative stride
+    frames from after t, and a negative display index silently counted from the last frame."""
+    _, path = episode("random_access")
+    with open_episode(path) as reader:
+        t_ns = reader.start_ns + NS
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"window_s": float("inf")}, "window_s inf"),
+            ({"window_s": float("nan")}, "window_s nan"),
+            ({"frame_stride_s": float("inf")}, "frame_stride_s inf"),
+            ({"frame_stride_s": -0.1}, "frame_stride_s -0.1"),
+            ({"frames_per_camera": 0}, "frames_per_camera 0"),
+            ({"frames_per_camera": -1}, "frames_per_camera -1"),
+        ]
+        for options, named in cases:
+            with pytest.raises(SampleArgumentError, match=f"{named} is not allowed"):
+                reader.sample(t_ns, **options)
+        last = len(reader.index.cameras["front"].display) - 1
+        for k in (-1, last + 1):
+            with pytest.raises(SampleArgumentError, match=rf"camera front: display index {k} .* 0\.\.{last}"):
+                reader.frames({"front": [k]})
+        frames, _ = reader.frames({"front": [0, last]})
+        shown = reader.index.cameras["front"].display_pts
+        assert [f.stamp_ns for f in frames["front"]] == [shown[0], shown[-1]]
