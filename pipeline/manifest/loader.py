@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -99,7 +100,7 @@ class Manifest:
 
         Batches inside one stored record batch are zero-copy views; a batch that spans two is concatenated.
         """
-        if batch_size < 1:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ManifestArgumentError("batch_size", batch_size, "an integer >= 1")
         for start in range(0, self.rows, batch_size):
             pieces = self.table.slice(start, batch_size).to_batches()
@@ -138,7 +139,11 @@ def open_manifest(
     allowed = [s.value for s in Split]
     if split is not None and split not in allowed:
         raise ManifestArgumentError("split", split, f"one of {', '.join(allowed)}, or None for every row")
+    if not isinstance(cache_dir, str | os.PathLike):
+        raise ManifestArgumentError("cache_dir", cache_dir, "a path to a node-local folder")
     if expected_sha256 is not None:
+        if not isinstance(expected_sha256, str):
+            raise ManifestArgumentError("expected_sha256", expected_sha256, "64 hex digits as a str, or None")
         expected_sha256 = expected_sha256.lower()
         if not _SHA256.match(expected_sha256):
             raise ManifestArgumentError("expected_sha256", expected_sha256, "64 hex digits or None")

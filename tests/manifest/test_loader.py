@@ -341,6 +341,22 @@ def test_bad_ranks_and_digests_are_named(written: tuple[mf.ManifestFiles, pa.Tab
         _open_whole(files.ipc_path, tmp_path, expected_sha256="abc")
 
 
+def test_arguments_of_the_wrong_type_are_named(
+    written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path
+) -> None:
+    """They used to escape as AttributeError ('bytes' has no 'lower'), TypeError from re, Path or range."""
+    files, _ = written
+    digest = bytes.fromhex(files.ipc_sha256)
+    with pytest.raises(ManifestArgumentError, match=r"expected_sha256 b'.*' is not allowed; expected 64 hex"):
+        _open_whole(files.ipc_path, tmp_path, expected_sha256=digest)
+    with pytest.raises(ManifestArgumentError, match="cache_dir None is not allowed"):
+        _open_whole(files.ipc_path, None)  # type: ignore[arg-type]
+    manifest = _open_whole(files.ipc_path, tmp_path)
+    for size in (2.5, None):
+        with pytest.raises(ManifestArgumentError, match=f"batch_size {size} is not allowed"):
+            next(manifest.batches(size))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("timeout_s", [-1, float("nan"), "60"])
 def test_a_lock_timeout_that_is_not_seconds_is_refused_before_waiting(
     written: tuple[mf.ManifestFiles, pa.Table], tmp_path: Path, timeout_s: object
