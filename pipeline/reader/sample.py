@@ -15,6 +15,7 @@ import json
 import json.scanner
 import math
 import numbers
+import re
 import struct
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ NS_PER_S = 1_000_000_000
 #: one sample lie message index records (two adjacent proprio chunks) or the rest of a GOP (two frames on
 #: either side of a keyframe).
 DEFAULT_COALESCE_GAP_BYTES = 256 * 1024
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _MESSAGE_HEAD = struct.Struct("<BQHIQQ")  # opcode, record length, channel, sequence, log time, publish time
 #: The scanner ``json.loads`` runs once it has found the text's encoding and skipped its whitespace (C, and
 #: stateless between calls). A 2 s window is 200 small records, and ``json.loads``'s Python around the scan
@@ -111,6 +113,10 @@ class EpisodeReader:
         expected_sha256: str | None = None,
         verify: bool = True,
     ) -> None:
+        if expected_sha256 is not None and not (
+            isinstance(expected_sha256, str) and _SHA256.fullmatch(expected_sha256)
+        ):  # checked before the file is read end to end, which would only report a mismatch
+            raise SampleArgumentError("expected_sha256", expected_sha256, "64 hex digits or None")
         identity = None
         if isinstance(source, str | Path):
             fs, path = fsspec.core.url_to_fs(str(source), **(storage_options or {}))

@@ -16,7 +16,7 @@ from reader_helpers import damage_frames, without_cameras
 
 from pipeline.enums import ReasonCode
 from pipeline.errors import InputError, SluiceError
-from pipeline.reader import EpisodeIndex, EpisodeIndexError, EpisodeReader, open_episode
+from pipeline.reader import EpisodeIndex, EpisodeIndexError, EpisodeReader, SampleArgumentError, open_episode
 from pipeline.reader.verify import EpisodeIntegrityError
 
 NS = 1_000_000_000
@@ -137,3 +137,15 @@ def test_window_returns_file_order_when_the_file_is_not_in_log_time_order(episod
         assert len(got) > 2 and [loc.log_time for loc in got] == sorted(
             (loc.log_time for loc in got), reverse=True
         )
+
+
+@pytest.mark.parametrize("digest", ["abc", "sha256:" + "ab" * 32, 5])
+def test_a_malformed_expected_sha256_is_refused_before_the_file_is_read(
+    episode: Episode, digest: object
+) -> None:
+    """It used to be hashed against the whole file and reported as a crc_mismatch ('the catalog records
+    abc'), or to escape as AttributeError when not a string."""
+    _, path = episode(PROFILE)
+    with pytest.raises(SampleArgumentError, match=r"expected_sha256 .* expected 64 hex digits or None"):
+        open_episode(path, expected_sha256=digest)
+    assert str(path) not in _open_paths()
