@@ -100,7 +100,6 @@ def test_shard_step_packs_a_video_episode_as_its_clips(training: TrainingWorld) 
     from sluice_world import batch_items
 
     from pipeline.annotate.inputs import episode_clips
-    from pipeline.shard import iter_samples
     from pipeline.steps.runner import run_step
     from pipeline.steps.shard import ShardStep
 
@@ -112,7 +111,11 @@ def test_shard_step_packs_a_video_episode_as_its_clips(training: TrainingWorld) 
     for episode_id in training.video_episodes.values():
         clips = episode_clips(training.world.ctx.engine, episode_id)
         shards = sorted(store.fs.glob(store.path(f"shards/_episodes/*/{episode_id}/shard-*.tar")))
-        samples = [s for path in shards for s in iter_samples(path)]
+        samples = [
+            (s["__key__"], s)
+            for path in shards
+            for s in wds.WebDataset(path, shardshuffle=False, empty_check=False)
+        ]
         assert [k for k, _ in samples] == [
             f"e{episode_id}-{json.loads(m['json'])['source_sha256']}-c{c.clip_index:03d}"
             for (_, m), c in zip(samples, clips, strict=True)
