@@ -33,8 +33,6 @@ logs how many were left out: training never meets them mid-run.
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 import os
 import random
 import secrets
@@ -54,7 +52,7 @@ import pyarrow.compute as pc
 from pipeline.errors import SluiceError
 from pipeline.manifest import format as mf
 from pipeline.reader.counters import ReadCounters
-from pipeline.reader.sample import NS_PER_S, EpisodeReader, Sample
+from pipeline.reader.sample import NS_PER_S, SECONDS, EpisodeReader, Sample, is_seconds
 
 log = logging.getLogger(__name__)
 
@@ -702,9 +700,8 @@ def _supported_positions(table: pa.Table, skip_unsupported: bool) -> np.ndarray:
 
 
 def _check_seconds(what: str, value: float) -> None:
-    """A finite real number of seconds >= 0 (an infinite or NaN one cannot become nanoseconds)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
-        raise LoaderArgumentError(what, value, "a finite number of seconds >= 0")
+    if not is_seconds(value):
+        raise LoaderArgumentError(what, value, SECONDS)
 
 
 def _check_int(what: str, value: int, least: int) -> None:

@@ -404,10 +404,18 @@ def _check_count(what: str, value: int, least: int) -> None:
         raise SampleArgumentError(what, value, f"an integer >= {least}")
 
 
+#: What :func:`is_seconds` accepts, as an argument error says it.
+SECONDS = "a finite number of seconds >= 0"
+
+
+def is_seconds(value: object) -> bool:
+    """A finite real number >= 0 (an infinite or NaN one cannot become nanoseconds; a bool is no number)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and 0 <= float(value) < math.inf
+
+
 def _check_seconds(what: str, value: float) -> None:
-    """A finite number of seconds >= 0 (an infinite or NaN one cannot become nanoseconds)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
-        raise SampleArgumentError(what, value, "a finite number of seconds >= 0")
+    if not is_seconds(value):
+        raise SampleArgumentError(what, value, SECONDS)
 
 
 def _json_record(record: bytes) -> Any:
