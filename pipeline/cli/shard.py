@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from pipeline.cli._common import console, context, error_console, print_json
+from pipeline.cli._common import console, context, error_console, print_json, warn
 
 #: The most ranks --world-size assigns shards to: past any training job, and small enough that the
 #: assignment's per-rank lists fit in memory (10^11 ranks took the machine's memory and got killed).
@@ -115,14 +115,27 @@ def command(
     if world_size:
         # Per split: a rank that trains reads train shards only, one that evaluates val shards only.
         ranks: dict[str, list[list[str]]] = {}
+        idle: dict[str, list[int]] = {}
         for split in sorted({r.split or "" for r in records}):
             assignment = assign_ranks(
                 [(r.uri, r.size_bytes) for r in records if (r.split or "") == split], world_size
             )
             ranks[split] = [list(r) for r in assignment.ranks]
             imbalance[split] = assignment.imbalance
+            # the imbalance cannot show it (no rank can hold less than the largest shard): a rank without
+            # a shard has nothing to read, and a distributed job waits on it at its first collective
+            if none := [rank for rank, uris in enumerate(assignment.ranks) if not uris]:
+                idle[split] = none
         result["ranks"] = ranks
         result["imbalance"] = imbalance
+        result["ranks_without_shards"] = idle
+        for split, none in idle.items():
+            shown = ", ".join(map(str, none[:8])) + (", …" if len(none) > 8 else "")
+            warn(
+                f"{split or 'no split'}: {sum(map(len, ranks[split]))} shard(s) for {world_size} ranks, so "
+                f"{len(none)} rank(s) get none ({shown}): a distributed job waits on a rank with nothing to "
+                "read; write smaller shards (--target-shard-bytes) or give this split fewer ranks"
+            )
     if as_json:
         print_json(result)
     else:

@@ -95,6 +95,23 @@ def test_shard_cli_writes_one_sample_per_manifest_row(training: TrainingWorld) -
     assert [s["uri"] for s in again["shards"]] == [s["uri"] for s in shards]  # type: ignore[index]
     assert all(s["ok"] for s in _shard(training, version.ref, "--verify-only")["shards"])  # type: ignore[index]
 
+    # more ranks than a split has shards: the ranks left without one are named, and the user warned
+    world = max(sum(1 for s in shards if s["split"] == split) for split in ranks) + 1
+    done = CliRunner().invoke(
+        app,
+        ["shard", version.ref, "--verify-only", "--world-size", str(world), "--json"],
+        env=_env(training),
+        catch_exceptions=False,
+    )
+    assert done.exit_code == 0, done.output
+    wide = json.loads(done.stdout)
+    idle = wide["ranks_without_shards"]
+    assert set(idle) == set(ranks)
+    for split, per_rank in wide["ranks"].items():
+        assert idle[split] == [rank for rank, uris in enumerate(per_rank) if not uris]
+        assert len(idle[split]) >= world - sum(1 for s in shards if s["split"] == split)
+        assert f"warning: {split}: " in done.stderr and f"for {world} ranks" in done.stderr
+
 
 def test_shard_step_packs_a_video_episode_as_its_clips(training: TrainingWorld) -> None:
     from sluice_world import batch_items
