@@ -33,8 +33,20 @@ class EpisodeFrames:
         return int(self.state.shape[0])
 
 
+class StreamLayoutError(InputError):
+    """An episode's state or action stream is absent, or not the JSON messages the export reads."""
+
+
+#: The fields the export reads from the state and the action messages (JSON): a vector and the gripper.
+STATE_FIELDS = ("position", "gripper")
+ACTION_FIELDS = ("joint_targets", "gripper")
+
+
 def read_episode(path: Path, cameras: dict[str, str], state_topic: str, action_topic: str) -> EpisodeFrames:
-    """``cameras`` maps a camera name to its topic; raises InputError when a stream is missing."""
+    """``cameras`` maps a camera name to its topic; raises InputError when a stream is missing, and
+    :class:`StreamLayoutError` (before decoding anything) when the state or action stream is absent or not
+    JSON (:data:`STATE_FIELDS`, :data:`ACTION_FIELDS`)."""
+    _require_json(path, (("state", state_topic, STATE_FIELDS), ("action", action_topic, ACTION_FIELDS)))
     decoded = {name: _decode_camera(path, topic) for name, topic in cameras.items()}
     first = next(iter(decoded.values()))
     grid_ns = first[0]
@@ -49,8 +61,8 @@ def read_episode(path: Path, cameras: dict[str, str], state_topic: str, action_t
             np.abs(stamps[earlier] - grid_ns) <= np.abs(stamps[nearest] - grid_ns), earlier, nearest
         )
         frames[name] = images[pick]
-    s_ns, s_val = _vectors(path, state_topic, ("position", "gripper"))
-    a_ns, a_val = _vectors(path, action_topic, ("joint_targets", "gripper"))
+    s_ns, s_val = _vectors(path, state_topic, STATE_FIELDS)
+    a_ns, a_val = _vectors(path, action_topic, ACTION_FIELDS)
     joints = s_val.shape[1] - 1
     return EpisodeFrames(
         cameras=frames,
@@ -94,6 +106,27 @@ def _decode_camera(path: Path, topic: str) -> tuple[np.ndarray, np.ndarray]:
     n = min(len(images), len(stamps))
     order = np.argsort(np.asarray(stamps[:n]), kind="stable")
     return np.asarray(stamps[:n], dtype=np.int64)[order], np.stack(images[:n])[order]
+
+
+def _require_json(path: Path, streams: tuple[tuple[str, str, tuple[str, str]], ...]) -> None:
+    """Refuse, before any frame is decoded, an episode whose state or action topic is absent or not JSON:
+    a ROS 2 log's JointState and Float64MultiArray (CDR) have other fields, named per joint."""
+    from mcap.reader import make_reader
+
+    with open(path, "rb") as fh:
+        summary = make_reader(fh).get_summary()
+    encodings = {c.topic: c.message_encoding for c in summary.channels.values()} if summary else {}
+    for role, topic, fields in streams:
+        wanted = f"the export reads the {role} from {topic}, JSON with {fields[0]} and {fields[1]}"
+        if topic not in encodings:
+            raise StreamLayoutError(
+                ReasonCode.MISSING_REQUIRED_TOPIC.value, f"{path.name} has no {topic}: {wanted}"
+            )
+        if encodings[topic] != "json":
+            raise StreamLayoutError(
+                ReasonCode.UNSUPPORTED_ENCODING.value,
+                f"{path.name}: {topic} is {encodings[topic]}, and {wanted}",
+            )
 
 
 def _vectors(path: Path, topic: str, fields: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:

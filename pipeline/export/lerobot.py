@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import SluiceError
 from pipeline.export import layout
-from pipeline.export.episode import EpisodeFrames, camera_topics, read_episode
+from pipeline.export.episode import EpisodeFrames, StreamLayoutError, camera_topics, read_episode
 from pipeline.export.stats import DatasetStats
 
 if TYPE_CHECKING:
@@ -124,6 +124,13 @@ def export_dataset_version(
 
                 topics = EpisodeSource(episode_id, ref.kind, path, ref.sha256).topics
                 frames = read_episode(path, camera_topics(topics), "/robot/joint_states", "/robot/action")
+        except StreamLayoutError as exc:  # state and actions in a shape the export does not read (ROS 2)
+            raise ExportError(
+                f"episode {episode_id} of {name}@{version} (vendor {ref.vendor}) cannot be exported: {exc.detail}. "
+                "The LeRobot export reads the state and action layout of `sluice synth robot`'s default "
+                "flavor; ROS 2 state and action messages (JointState, Float64MultiArray, ...) are not "
+                "exported yet: leave this vendor's episodes out of the dataset spec"
+            ) from exc
         except OSError as exc:  # gone from the store, unreadable: the export would not be the version
             raise ExportError(
                 f"episode {episode_id} of {name}@{version} cannot be read from {ref.uri} ({exc.strerror or exc}); "

@@ -130,6 +130,35 @@ def test_an_episode_gone_from_the_store_is_an_export_error_naming_it(
         world.close()
 
 
+def test_a_ros2_episode_is_refused_by_name_before_anything_is_decoded(
+    tmp_path: Path, migrated_database_url: str
+) -> None:
+    """A ROS 2 fleet's state and actions (JointState, Float64MultiArray in CDR) are not the JSON layout the
+    export reads: it used to fail on the first message with "cannot decode json message" (and on a log with
+    no CompressedVideo camera, with a bare StopIteration)."""
+    world = make_world(tmp_path / "home", migrated_database_url)
+    try:
+        drop = tmp_path / "drop"
+        make_robot_drop(
+            drop, RobotDropConfig(episodes=1, seconds=2, width=320, height=240, flavor="ros2-jpeg")
+        )
+        (episode,) = land(world, vendor_from_example("kestrel_ros2", drop), drop, "*.mcap").values()
+        with session_scope(make_session_factory(world.ctx.engine)) as session:
+            version_id = create_dataset_version(
+                session, name="fleet", version="v1", spec_hash="s" * 64, spec={}
+            )
+            add_dataset_episodes(session, version_id, [(episode, "train")])
+        out = tmp_path / "export"
+        with pytest.raises(ExportError) as refused:
+            export_dataset_version(world.ctx.engine, "fleet", "v1", out)
+        said = str(refused.value)
+        assert f"episode {episode} of fleet@v1 (vendor kestrel_ros2) cannot be exported" in said
+        assert "/robot/joint_states is cdr" in said and "not exported yet" in said
+        assert not out.exists()
+    finally:
+        world.close()
+
+
 def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str) -> None:
     world = make_world(tmp_path / "home", migrated_database_url)
     try:
