@@ -55,7 +55,7 @@ def command(
     keep_running: bool = typer.Option(
         False, help="Leave Postgres and Airflow running afterwards (the demo's runs stay in the UI)."
     ),
-    episodes: int = typer.Option(4, help="Clean robot episodes in the drop."),
+    episodes: int = typer.Option(4, min=1, help="Clean robot episodes (and video clips) in each drop."),
     seconds: float = typer.Option(3.0, help="Length of each synthetic episode or clip."),
     cluster: bool = typer.Option(
         False,
@@ -71,7 +71,9 @@ def command(
     settings = load_settings()
     t0 = time.monotonic()
     vendors = _validate(settings)
-    drops = _make_drops(vendors, settings, episodes=episodes, seconds=seconds)
+    # every drop's options checked before any drop folder is emptied or any service started
+    configs = _drop_configs(vendors, episodes=episodes, seconds=seconds)
+    drops = _make_drops(vendors, configs, settings)
     start = cluster_platform if cluster else local_platform
     with start(
         settings, keep_running=keep_running, say=lambda m: console.print(f"[green]✓[/] {m}")
@@ -105,37 +107,49 @@ def _validate(settings: Any) -> dict[str, Any]:
     return vendors
 
 
-def _make_drops(vendors: dict[str, Any], settings: Any, *, episodes: int, seconds: float) -> dict[str, Path]:
-    from pipeline.config.models import local_source_path
-    from pipeline.synth import RobotDropConfig, VideoDropConfig, make_robot_drop, make_video_drop
+def _drop_configs(vendors: dict[str, Any], *, episodes: int, seconds: float) -> dict[str, Any]:
+    """Each vendor's synthetic drop, validated (a ConfigError naming the option, never pydantic's own)."""
+    from pipeline.synth import RobotDropConfig, VideoDropConfig, build_config
     from pipeline.synth.defects import RobotDefect, VideoDefect, defect_applies
     from pipeline.synth.flavors import matching_flavor
+
+    configs: dict[str, Any] = {}
+    for name, vendor in vendors.items():
+        if vendor.kind == "mcap":
+            flavor = matching_flavor(vendor.topics.cameras if vendor.topics else ())
+            configs[name] = build_config(
+                RobotDropConfig,
+                "sluice demo",
+                episodes=episodes,
+                seconds=seconds,
+                flavor=flavor,
+                defects=tuple(RobotDefect(d) for d in ROBOT_DEFECTS if defect_applies(d, flavor)),
+            )
+        else:
+            configs[name] = build_config(
+                VideoDropConfig,
+                "sluice demo",
+                clips=episodes,
+                seconds=seconds,
+                defects=tuple(VideoDefect(d) for d in VIDEO_DEFECTS),
+            )
+    return configs
+
+
+def _make_drops(vendors: dict[str, Any], configs: dict[str, Any], settings: Any) -> dict[str, Path]:
+    from pipeline.config.models import local_source_path
+    from pipeline.synth import RobotDropConfig, make_robot_drop, make_video_drop
 
     drops = {}
     for name, vendor in vendors.items():
         root = local_source_path(vendor.source.url, settings.project_dir_abs)
         shutil.rmtree(root, ignore_errors=True)
         with console.status(f"generating {name}'s drop in {root}…"):
-            if vendor.kind == "mcap":
-                flavor = matching_flavor(vendor.topics.cameras if vendor.topics else ())
-                manifest = make_robot_drop(
-                    root,
-                    RobotDropConfig(
-                        episodes=episodes,
-                        seconds=seconds,
-                        flavor=flavor,
-                        defects=tuple(RobotDefect(d) for d in ROBOT_DEFECTS if defect_applies(d, flavor)),
-                    ),
-                    jobs=2,
-                )
+            config = configs[name]
+            if isinstance(config, RobotDropConfig):
+                manifest = make_robot_drop(root, config, jobs=2)
             else:
-                manifest = make_video_drop(
-                    root,
-                    VideoDropConfig(
-                        clips=episodes, seconds=seconds, defects=tuple(VideoDefect(d) for d in VIDEO_DEFECTS)
-                    ),
-                    jobs=2,
-                )
+                manifest = make_video_drop(root, config, jobs=2)
         if vendor.source.ready_marker:
             (root / vendor.source.ready_marker).touch()
         total = sum(f.size_bytes for f in manifest.files)

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clirun import Sluice, clean_error
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -26,6 +27,42 @@ pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 SLUICE = Path(sys.executable).with_name("sluice")
+
+
+def test_demo_options_are_checked_before_any_drop_is_emptied_or_service_started(
+    tmp_path: Path, sluice: Sluice
+) -> None:
+    """``--seconds nan`` (or 0, or past the generator's two hours) used to escape as pydantic's
+    ValidationError after the first vendor's drop folder had been emptied; ``--episodes 0`` left the
+    demo's dataset with nothing to hold."""
+    from pipeline.config import load_vendors
+    from pipeline.config.models import local_source_path
+
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "dags" / "vendors", project / "dags" / "vendors")
+    env = {
+        "SLUICE_HOME": str(tmp_path / "home"),
+        "SLUICE_PROJECT_DIR": str(project),
+        "SLUICE_VENDORS_DIR": str(project / "dags" / "vendors"),
+    }
+    kept = []
+    for vendor in load_vendors(project / "dags" / "vendors", base_dir=project).values():
+        assert not isinstance(vendor, Exception)
+        marker = local_source_path(vendor.source.url, project) / "kept"
+        marker.parent.mkdir(parents=True)
+        marker.write_text("an earlier drop")
+        kept.append(marker)
+    for seconds, said in (
+        ("nan", "a finite number"),
+        ("0", "greater than 0"),
+        ("1e9", "less than or equal to 7200"),
+    ):
+        clean_error(
+            sluice(["demo", "--seconds", seconds], env), "sluice demo", f"seconds: Input should be {said}"
+        )
+    clean_error(sluice(["demo", "--episodes", "0"], env), "'--episodes'", "greater than or equal to 1")
+    assert all(m.read_text() == "an earlier drop" for m in kept)
+    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("postmaster.pid"))
 
 
 @pytest.mark.timeout(1800)
