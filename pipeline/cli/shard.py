@@ -122,10 +122,8 @@ def command(
             )
             ranks[split] = [list(r) for r in assignment.ranks]
             imbalance[split] = assignment.imbalance
-            # the imbalance cannot show it (no rank can hold less than the largest shard): a rank without
-            # a shard has nothing to read, and a distributed job waits on it at its first collective
-            if none := [rank for rank, uris in enumerate(assignment.ranks) if not uris]:
-                idle[split] = none
+            if assignment.idle_ranks:
+                idle[split] = assignment.idle_ranks
         result["ranks"] = ranks
         result["imbalance"] = imbalance
         result["ranks_without_shards"] = idle

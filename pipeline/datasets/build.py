@@ -69,6 +69,7 @@ from pipeline.manifest.format import (
     PARQUET_FILE_NAME,
     SUMS_FILE_NAME,
     ManifestFiles,
+    publish_file,
     write_manifest,
 )
 from pipeline.store import MANIFESTS, TMP, Store, StoredObject, fsync_path
@@ -162,15 +163,14 @@ def _restore_damaged(
         latest.manifest_uri: (files.ipc_path, files.ipc_sha256),
         latest.parquet_uri: (files.parquet_path, files.parquet_sha256),
     }
-    recorded = [
-        StoredObject("manifest", uri, sha256, size)
+    recorded = {
+        uri: StoredObject("manifest", uri, sha256, size)
         for uri, sha256, size in session.execute(
             select(Manifest.uri, Manifest.sha256, Manifest.size_bytes).where(Manifest.uri.in_(staged))
         )
-    ]
+    }
     lines = []
-    sizes = {o.uri: o.size_bytes for o in recorded}
-    for found in store.scrub(recorded):
+    for found in store.scrub(recorded.values()):
         damage = f"manifest file {found.uri} was {_DAMAGE.get(found.problem, found.problem)} ({found.detail})"
         path, sha256 = staged[found.uri]
         key = store.key_of(found.uri)
@@ -179,8 +179,7 @@ def _restore_damaged(
             lines.append(f"{damage}; not restored ({why}); `sluice scrub` lists every damaged object")
             continue
         _put_back(store, path, key)
-        size = sizes[found.uri]
-        after = next(store.scrub([StoredObject("manifest", found.uri, found.sha256, size)]), None)
+        after = next(store.scrub([recorded[found.uri]]), None)
         if after is not None:
             lines.append(f"{damage}; restoring it failed: {after.problem} ({after.detail})")
             continue
@@ -194,17 +193,9 @@ def _put_back(store: Store, staged: Path, key: str) -> None:
     """Write ``staged`` at ``key``, replacing what is there in one step (a reader sees old or new)."""
     final = store.path(key)
     try:
-        if store.local:
-            target = Path(final)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.restore-{uuid.uuid4().hex}")
-            try:
-                shutil.copyfile(staged, tmp)
-                fsync_path(tmp)
-                os.replace(tmp, target)
-            finally:
-                tmp.unlink(missing_ok=True)
-            fsync_path(target.parent)
+        if store.local:  # the manifest writer's own temporary name, fsync and rename
+            Path(final).parent.mkdir(parents=True, exist_ok=True)
+            publish_file(Path(final), lambda tmp: shutil.copyfile(staged, tmp))
         else:  # an object store's put replaces the object whole
             store.fs.put_file(str(staged), final)
     except OSError as exc:

@@ -42,12 +42,26 @@ STATE_FIELDS = ("position", "gripper")
 ACTION_FIELDS = ("joint_targets", "gripper")
 
 
-def read_episode(path: Path, cameras: dict[str, str], state_topic: str, action_topic: str) -> EpisodeFrames:
-    """``cameras`` maps a camera name to its topic; raises InputError when a stream is missing, and
-    :class:`StreamLayoutError` (before decoding anything) when the state or action stream is absent or not
-    JSON (:data:`STATE_FIELDS`, :data:`ACTION_FIELDS`)."""
-    _require_json(path, (("state", state_topic, STATE_FIELDS), ("action", action_topic, ACTION_FIELDS)))
-    decoded = {name: _decode_camera(path, topic) for name, topic in cameras.items()}
+def read_episode(path: Path, state_topic: str, action_topic: str) -> EpisodeFrames:
+    """The episode's cameras (:func:`camera_topics`), state and action on one frame grid; raises InputError
+    when a stream is missing, and :class:`StreamLayoutError` (before decoding anything) when the state or
+    action stream is absent or not JSON (:data:`STATE_FIELDS`, :data:`ACTION_FIELDS`)."""
+    from mcap.reader import make_reader
+
+    with open(path, "rb") as fh:  # the summary, once: the channels' schemas and encodings
+        summary = make_reader(fh).get_summary()
+    channels = list(summary.channels.values()) if summary else []
+    schemas = summary.schemas if summary else {}
+    encodings = {c.topic: c.message_encoding for c in channels}
+    for role, topic, fields in (
+        ("state", state_topic, STATE_FIELDS),
+        ("action", action_topic, ACTION_FIELDS),
+    ):
+        _require_json(path.name, encodings, role, topic, fields)
+    topics = {c.topic: schemas[c.schema_id].name if c.schema_id in schemas else "" for c in channels}
+    decoded = {name: _decode_camera(path, topic) for name, topic in camera_topics(topics).items()}
+    if not decoded:
+        raise InputError(ReasonCode.MISSING_REQUIRED_TOPIC.value, f"{path.name}: no {VIDEO_SCHEMA} camera")
     first = next(iter(decoded.values()))
     grid_ns = first[0]
     if len(grid_ns) < 2:
@@ -108,25 +122,18 @@ def _decode_camera(path: Path, topic: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(stamps[:n], dtype=np.int64)[order], np.stack(images[:n])[order]
 
 
-def _require_json(path: Path, streams: tuple[tuple[str, str, tuple[str, str]], ...]) -> None:
-    """Refuse, before any frame is decoded, an episode whose state or action topic is absent or not JSON:
-    a ROS 2 log's JointState and Float64MultiArray (CDR) have other fields, named per joint."""
-    from mcap.reader import make_reader
-
-    with open(path, "rb") as fh:
-        summary = make_reader(fh).get_summary()
-    encodings = {c.topic: c.message_encoding for c in summary.channels.values()} if summary else {}
-    for role, topic, fields in streams:
-        wanted = f"the export reads the {role} from {topic}, JSON with {fields[0]} and {fields[1]}"
-        if topic not in encodings:
-            raise StreamLayoutError(
-                ReasonCode.MISSING_REQUIRED_TOPIC.value, f"{path.name} has no {topic}: {wanted}"
-            )
-        if encodings[topic] != "json":
-            raise StreamLayoutError(
-                ReasonCode.UNSUPPORTED_ENCODING.value,
-                f"{path.name}: {topic} is {encodings[topic]}, and {wanted}",
-            )
+def _require_json(
+    name: str, encodings: dict[str, str], role: str, topic: str, fields: tuple[str, str]
+) -> None:
+    """Refuse an episode whose state or action topic is absent or not JSON: a ROS 2 log's JointState and
+    Float64MultiArray (CDR) have other fields, named per joint."""
+    wanted = f"the export reads the {role} from {topic}, JSON with {fields[0]} and {fields[1]}"
+    if topic not in encodings:
+        raise StreamLayoutError(ReasonCode.MISSING_REQUIRED_TOPIC.value, f"{name} has no {topic}: {wanted}")
+    if encodings[topic] != "json":
+        raise StreamLayoutError(
+            ReasonCode.UNSUPPORTED_ENCODING.value, f"{name}: {topic} is {encodings[topic]}, and {wanted}"
+        )
 
 
 def _vectors(path: Path, topic: str, fields: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:

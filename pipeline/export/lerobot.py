@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import SluiceError
 from pipeline.export import layout
-from pipeline.export.episode import EpisodeFrames, StreamLayoutError, camera_topics, read_episode
+from pipeline.export.episode import EpisodeFrames, StreamLayoutError, read_episode
 from pipeline.export.stats import DatasetStats
 
 if TYPE_CHECKING:
@@ -120,10 +120,7 @@ def export_dataset_version(
             continue
         try:
             with local_file(ref.uri) as path:
-                from pipeline.annotate.source import EpisodeSource
-
-                topics = EpisodeSource(episode_id, ref.kind, path, ref.sha256).topics
-                frames = read_episode(path, camera_topics(topics), "/robot/joint_states", "/robot/action")
+                frames = read_episode(path, "/robot/joint_states", "/robot/action")
         except StreamLayoutError as exc:  # state and actions in a shape the export does not read (ROS 2)
             raise ExportError(
                 f"episode {episode_id} of {name}@{version} (vendor {ref.vendor}) cannot be exported: {exc.detail}. "

@@ -223,10 +223,12 @@ def write_manifest(table: pa.Table, out_dir: str | Path) -> ManifestFiles:
     conformed = with_split_ranges(conform_table(table))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ipc_path, ipc_sha, ipc_size = _publish(out / IPC_FILE_NAME, lambda tmp: _write_ipc(conformed, tmp))
-    pq_path, pq_sha, pq_size = _publish(out / PARQUET_FILE_NAME, lambda tmp: _write_parquet(conformed, tmp))
+    ipc_path, ipc_sha, ipc_size = publish_file(out / IPC_FILE_NAME, lambda tmp: _write_ipc(conformed, tmp))
+    pq_path, pq_sha, pq_size = publish_file(
+        out / PARQUET_FILE_NAME, lambda tmp: _write_parquet(conformed, tmp)
+    )
     sums = format_sums({IPC_FILE_NAME: ipc_sha, PARQUET_FILE_NAME: pq_sha})
-    _publish(out / SUMS_FILE_NAME, lambda tmp: _write_text(sums, tmp))
+    publish_file(out / SUMS_FILE_NAME, lambda tmp: _write_text(sums, tmp))
     log.info("wrote manifest of %d rows to %s (ipc sha256 %s)", conformed.num_rows, out, ipc_sha)
     return ManifestFiles(
         ipc_path=ipc_path,
@@ -385,7 +387,7 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
             writer.write_batch(batch, row_group_size=PARQUET_ROW_GROUP_ROWS)
 
 
-def _publish(final: Path, write: Callable[[Path], None]) -> tuple[Path, str, int]:
+def publish_file(final: Path, write: Callable[[Path], object]) -> tuple[Path, str, int]:
     """Write through ``write(tmp_path)``, fsync, hash, rename onto ``final``; return path, sha256, size."""
     tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")
     try:

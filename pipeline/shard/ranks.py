@@ -22,6 +22,13 @@ class RankAssignment:
     imbalance: float
     method: str
 
+    @property
+    def idle_ranks(self) -> list[int]:
+        """Ranks given no shard (more ranks than shards): nothing to read, and a distributed job waits on
+        them at its first collective. The imbalance cannot show them: no rank holds less than the largest
+        shard, the bound it is measured against."""
+        return [rank for rank, uris in enumerate(self.ranks) if not uris]
+
 
 def assign_ranks(shards: Sequence[tuple[str, int]], world_size: int) -> RankAssignment:
     """Assign ``(uri, size_bytes)`` shards to ``world_size`` ranks with near-equal bytes."""

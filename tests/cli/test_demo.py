@@ -62,7 +62,7 @@ def test_demo_options_are_checked_before_any_drop_is_emptied_or_service_started(
         )
     clean_error(sluice(["demo", "--episodes", "0"], env), "'--episodes'", "greater than or equal to 1")
     assert all(m.read_text() == "an earlier drop" for m in kept)
-    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("postmaster.pid"))
+    assert not (tmp_path / "home").exists()  # no catalog, Airflow or store was made: nothing started
 
 
 @pytest.mark.timeout(1800)

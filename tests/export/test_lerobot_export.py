@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -105,6 +106,21 @@ print(json.dumps(out))
 """
 
 
+def _land(world: Any, vendor: Any, drop: Path, *, transcoded: bool) -> dict[str, int]:
+    """Ingest and gate the drop, and with ``transcoded`` run the transcode step too: an export reads an
+    episode's transcoded output when it has one, as every episode of a `sluice run` does."""
+    episodes = land(world, vendor, drop, "*.mcap")
+    if transcoded:
+        from pipeline.steps.base import WorkItem
+        from pipeline.steps.runner import run_step
+        from pipeline.steps.transcode import TranscodeStep
+
+        items = [WorkItem(key=str(e), episode_id=e, source_path=p) for p, e in sorted(episodes.items())]
+        summary = run_step(TranscodeStep(vendor, world.ctx), items)
+        assert (summary.succeeded, summary.failed) == (len(items), 0)
+    return episodes
+
+
 def test_an_episode_gone_from_the_store_is_an_export_error_naming_it(
     tmp_path: Path, migrated_database_url: str
 ) -> None:
@@ -130,8 +146,9 @@ def test_an_episode_gone_from_the_store_is_an_export_error_naming_it(
         world.close()
 
 
+@pytest.mark.parametrize("transcoded", [False, True], ids=["raw", "transcoded"])
 def test_a_ros2_episode_is_refused_by_name_before_anything_is_decoded(
-    tmp_path: Path, migrated_database_url: str
+    tmp_path: Path, migrated_database_url: str, transcoded: bool
 ) -> None:
     """A ROS 2 fleet's state and actions (JointState, Float64MultiArray in CDR) are not the JSON layout the
     export reads: it used to fail on the first message with "cannot decode json message" (and on a log with
@@ -142,7 +159,8 @@ def test_a_ros2_episode_is_refused_by_name_before_anything_is_decoded(
         make_robot_drop(
             drop, RobotDropConfig(episodes=1, seconds=2, width=320, height=240, flavor="ros2-jpeg")
         )
-        (episode,) = land(world, vendor_from_example("kestrel_ros2", drop), drop, "*.mcap").values()
+        vendor = vendor_from_example("kestrel_ros2", drop)
+        (episode,) = _land(world, vendor, drop, transcoded=transcoded).values()
         with session_scope(make_session_factory(world.ctx.engine)) as session:
             version_id = create_dataset_version(
                 session, name="fleet", version="v1", spec_hash="s" * 64, spec={}
@@ -159,12 +177,13 @@ def test_a_ros2_episode_is_refused_by_name_before_anything_is_decoded(
         world.close()
 
 
-def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str) -> None:
+@pytest.mark.parametrize("transcoded", [False, True], ids=["raw", "transcoded"])
+def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str, transcoded: bool) -> None:
     world = make_world(tmp_path / "home", migrated_database_url)
     try:
         drop = tmp_path / "drop"
         make_robot_drop(drop, RobotDropConfig(episodes=2, seconds=2, width=64, height=48))
-        episodes = land(world, vendor_from_example("acme_robotics", drop), drop, "*.mcap")
+        episodes = _land(world, vendor_from_example("acme_robotics", drop), drop, transcoded=transcoded)
         with session_scope(make_session_factory(world.ctx.engine)) as session:
             version_id = create_dataset_version(
                 session, name="pick", version="v1", spec_hash="s" * 64, spec={}

@@ -132,6 +132,9 @@ def test_shards_are_verified_recorded_and_balanced(world: World, tmp_path: Path)
     assignment = assign_ranks(sizes, 3)
     assert sorted(u for r in assignment.ranks for u in r) == sorted(u for u, _ in sizes)
     assert max(assignment.bytes_per_rank) == 190  # the optimum: loads are multiples of 10 and 550 / 3 > 180
+    assert assignment.idle_ranks == []
+    sparse = assign_ranks(sizes[:2], 4)  # more ranks than shards: two ranks have nothing to read
+    assert len(sparse.idle_ranks) == 2 and all(not sparse.ranks[r] for r in sparse.idle_ranks)
 
 
 def test_a_shard_cut_at_a_member_boundary_is_reported(world: World, tmp_path: Path) -> None:
