@@ -23,13 +23,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import SluiceError
+from pipeline.errors import InputError, SluiceError
 from pipeline.export import layout
 from pipeline.export.episode import EpisodeFrames, StreamLayoutError, read_episode
 from pipeline.export.stats import DatasetStats
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
+
+    from pipeline.config import VendorConfig
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,7 @@ def export_dataset_version(
     # split by split (lerobot's info.json names each split as one range of episode indices), by id within
     episode_ids = sorted(split_of_episode, key=lambda e: (SPLIT_ORDER.get(split_of_episode[e] or "", 3), e))
     refs = episode_inputs(engine, episode_ids)
+    vendors = _vendor_configs(engine, {ref.vendor for ref in refs.values() if ref.kind is SourceKind.MCAP})
     episodes: list[tuple[int, str, EpisodeFrames]] = []
     skipped = []
     for episode_id in episode_ids:
@@ -118,16 +121,21 @@ def export_dataset_version(
         if ref.kind is not SourceKind.MCAP:
             skipped.append({"episode_id": episode_id, "why": VIDEO_RULE})
             continue
+        where = f"episode {episode_id} of {name}@{version} (vendor {ref.vendor})"
         try:
             with local_file(ref.uri) as path:
-                frames = read_episode(path, "/robot/joint_states", "/robot/action")
-        except StreamLayoutError as exc:  # state and actions in a shape the export does not read (ROS 2)
+                frames = read_episode(path, vendors[ref.vendor])
+        except StreamLayoutError as exc:  # not what the vendor's contract says, or no camera it decodes
             raise ExportError(
-                f"episode {episode_id} of {name}@{version} (vendor {ref.vendor}) cannot be exported: {exc.detail}. "
-                "The LeRobot export reads the state and action layout of `sluice synth robot`'s default "
-                "flavor; ROS 2 state and action messages (JointState, Float64MultiArray, ...) are not "
-                "exported yet: leave this vendor's episodes out of the dataset spec"
+                f"{where} cannot be exported: {exc.detail}"
+                + (
+                    ""
+                    if ref.artifact_uri
+                    else "; it has no transcoded output: run the vendor's transcode step"
+                )
             ) from exc
+        except InputError as exc:  # content that does not decode
+            raise ExportError(f"{where} cannot be exported: {exc}") from exc
         except OSError as exc:  # gone from the store, unreadable: the export would not be the version
             raise ExportError(
                 f"episode {episode_id} of {name}@{version} cannot be read from {ref.uri} ({exc.strerror or exc}); "
@@ -143,6 +151,29 @@ def export_dataset_version(
     report.skipped = skipped
     _write_report(out, report)
     return report
+
+
+def _vendor_configs(engine: Engine, names: set[str]) -> dict[str, VendorConfig]:
+    """The config the catalog holds for each vendor: its contract says which topics are state and action."""
+    from pydantic import ValidationError
+    from sqlalchemy import select
+
+    from pipeline.catalog import make_session_factory, session_scope
+    from pipeline.catalog.models import Vendor
+    from pipeline.config import VendorConfig
+
+    with session_scope(make_session_factory(engine)) as session:
+        rows = session.execute(select(Vendor.name, Vendor.config).where(Vendor.name.in_(sorted(names)))).all()
+    configs = {}
+    for vendor, config in rows:
+        try:
+            configs[vendor] = VendorConfig.model_validate(config)
+        except ValidationError as exc:
+            raise ExportError(
+                f"the catalog's config of vendor {vendor} does not validate ({exc.error_count()} errors): "
+                "ingest the vendor with its current file to record it again"
+            ) from exc
+    return configs
 
 
 def write_lerobot(
@@ -174,6 +205,19 @@ def write_lerobot(
             raise ExportError(
                 f"episode {source_id} has cameras {sorted(frames.cameras)}, the first has {cameras}"
             )
+    first = episodes[0][2]
+    for source_id, _, frames in episodes:
+        for key, names, want in (
+            (layout.STATE_KEY, frames.state_names, first.state_names),
+            (layout.ACTION_KEY, frames.action_names, first.action_names),
+        ):
+            if names != want:
+                differ = sorted(set(names) ^ set(want))[:6] or ["their order"]
+                raise ExportError(
+                    f"episode {source_id}'s {key} has other fields than episode {episodes[0][0]}'s "
+                    f"({len(names)} against {len(want)}; differing: {', '.join(differ)}); one dataset has "
+                    "one feature set: leave out the episodes of another robot or contract"
+                )
     rate = fps.pop()
     staging = out.with_name(f".{out.name}.{uuid.uuid4().hex}.part")
     staging.mkdir(parents=True)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from pipeline.export import ExportError
 from pipeline.export.episode import EpisodeFrames
+from pipeline.export.lerobot import write_lerobot
 from pipeline.export.stats import (
     QUANTILE_KEYS,
     QUANTILES,
@@ -89,3 +95,20 @@ def test_dataset_quantiles_pool_the_episodes() -> None:
     frame_index = np.r_[0:90, 0:30].astype(np.float64)[:, None]
     assert result["frame_index"]["max"] == [89.0]
     assert result["frame_index"]["q50"] == _first_reaching(frame_index, 0.5).tolist()
+
+
+def test_episodes_with_other_state_fields_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """One LeRobot dataset has one feature set: an episode of another contract (a joint more, or the same
+    fields in another order) would be a column of another meaning at the same index."""
+    rng = np.random.default_rng(1)
+    first, second = _episode(rng, 8, 0.0, 10), _episode(rng, 8, 1.0, 20)
+    for names in (["s0", "s1", "s2", "s4"], ["s1", "s0", "s2", "s3"]):
+        other = dataclasses.replace(second, state_names=names)
+        out = tmp_path / "out"
+        with pytest.raises(
+            ExportError, match=re.escape("episode 2's observation.state has other fields than episode 1's")
+        ):
+            write_lerobot([(1, "pick", first), (2, "pick", other)], out)
+        assert not out.exists() and not list(tmp_path.iterdir())
+    write_lerobot([(1, "pick", first), (2, "pick", second)], tmp_path / "same")
+    assert (tmp_path / "same" / "meta" / "info.json").is_file()
