@@ -10,7 +10,8 @@
    form do, with annotate and shard switched on in the run's conf, and follow every run to its end:
    discover, plan, ingest, pre-gate, transcode, post-gate, annotate, shard, warehouse sync;
 5. build a versioned dataset from the warehouse (the runs' warehouse_sync tasks brought it up to date) and
-   load its manifest as training rank 0 of 2 would;
+   load its manifest as training rank 0 of 2 would; build the ROS 2 fleet's dataset (``kestrel_teleop``)
+   and export it as a LeRobot v3 dataset under ``SLUICE_HOME/exports/lerobot/``;
 6. print what ended where: the runs, the states per vendor and why each quarantined file was held back;
 7. stop what it started (``--keep-running`` leaves it up, with the runs in the Airflow UI).
 
@@ -24,6 +25,7 @@ heavy steps (their ``ray_nodes`` counts, from XCom), and the ``s3://`` keys of t
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections import Counter
@@ -84,6 +86,8 @@ def command(
         if not all(run.succeeded for run in runs.values()):
             raise typer.Exit(1)
         _dataset(platform.settings)
+        if "kestrel_ros2" in vendors:
+            _lerobot_export(platform.settings)
         _summary(platform.settings, drops)
         console.print(f"\n[bold green]demo finished in {time.monotonic() - t0:.0f} s[/]")
         if keep_running:
@@ -301,6 +305,30 @@ def _dataset(settings: Any) -> None:
             f"[green]✓[/] training rank 0 of 2 memory-mapped its share of the train split: manifest rows "
             f"{manifest.row_start}–{manifest.row_stop} of {manifest.total_rows}; {where}"
         )
+
+
+def _lerobot_export(settings: Any) -> None:
+    """The ROS 2 fleet's accepted episodes (transcoded by the runs) as a LeRobot v3 dataset: one robot and
+    one contract, so one feature set (the demo's other dataset mixes robots and video clips)."""
+    from pipeline.datasets import build, load_spec
+    from pipeline.export import export_dataset_version
+    from pipeline.steps.runner import build_context
+
+    ctx = build_context(settings)
+    spec = load_spec(settings.project_dir_abs / "dags" / "datasets" / "kestrel_teleop.yaml")
+    version = build(spec, engine=ctx.engine, warehouse_path=settings.warehouse_path, store=ctx.store)
+    out = settings.home_abs / "exports" / "lerobot" / version.name / version.version
+    if out.exists():  # this demo's own export of the same version, from a demo before
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = export_dataset_version(ctx.engine, version.name, version.version, out, robot_type="kestrel_arm")
+    info = json.loads((out / "meta" / "info.json").read_text())
+    console.print(
+        f"[green]✓[/] LeRobot v3 export of {version.name}@{version.version}: {report.episodes} episodes, "
+        f"{report.frames} frames at {info['fps']} fps, observation.state of "
+        f"{len(info['features']['observation.state']['names'])} and action of "
+        f"{len(info['features']['action']['names'])} named columns, {len(report.checks)} checks passed: {out}"
+    )
 
 
 def _source_paths(engine: Any, episode_ids: list[int]) -> dict[int, str]:

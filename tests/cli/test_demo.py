@@ -164,6 +164,20 @@ def test_demo_runs_every_vendor_dag_end_to_end_through_the_scheduler(
     assert (store / "manifests" / "demo_accepted" / "v1").is_dir()
     assert "training rank 0 of 2 memory-mapped its share of the train split" in done.stdout
 
+    # The ROS 2 fleet's clean episodes, transcoded by the scheduler's runs, exported as a LeRobot v3 dataset
+    # (`make test-lerobot` reads such exports with lerobot itself).
+    exported = home / "exports" / "lerobot" / "kestrel_teleop" / "v1"
+    report = json.loads((exported / "sluice_export_report.json").read_text())
+    assert report["ok"] and report["episodes"] >= 2 and not report["skipped"], report
+    info = json.loads((exported / "meta" / "info.json").read_text())
+    assert info["robot_type"] == "kestrel_arm" and info["total_episodes"] == report["episodes"]
+    assert info["features"]["observation.state"]["names"][:2] == ["joint_1.position", "joint_2.position"]
+    assert info["features"]["action"]["names"][-1] == "gripper_command.max_effort"
+    assert sorted(k for k, f in info["features"].items() if f["dtype"] == "video") == [
+        f"observation.images.{c}" for c in ("front", "wrist_left", "wrist_right")
+    ]
+    assert f"LeRobot v3 export of kestrel_teleop@v1: {report['episodes']} episodes" in done.stdout
+
     # The re-encoded clip was accepted, grouped with its original, and the dataset kept one of the two.
     copy = next(f for f in drops["northwind_video"]["files"] if f["defect"] == "reencoded")
     original = copy["details"]["near_duplicate_of"]
