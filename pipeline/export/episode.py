@@ -1,8 +1,9 @@
 """One robot episode on the export's frame grid: camera frames, state and action per frame.
 
-The grid is the first camera's frames in stamp order (frame ``k`` at ``timestamp = k / fps``); every other
-camera contributes its frame nearest in time, state and action their latest value at or before the frame
-(never a value from after it, which a policy could not have seen).
+The grid is the contract's first camera's frames in stamp order (frame ``k`` at ``timestamp = k / fps``),
+from the first frame at which every state and action stream has begun; every other camera contributes its
+frame nearest in time, state and action their latest record at or before the frame (a policy cannot have
+seen a later one).
 
 State and action are the vendor contract's ``state`` and ``actions`` topics, in contract order, each
 message's numbers flattened into one vector per role, as the transcode reads them
@@ -30,17 +31,18 @@ import numpy as np
 from pipeline.enums import ReasonCode
 from pipeline.errors import InputError
 from pipeline.families.table import series_family
-from pipeline.mcaplog import decode_json, iter_messages
+from pipeline.mcaplog import McapInputError, decode_json, iter_messages
+from pipeline.mcaplog.exceptions import DecodeError
 from pipeline.transcode import layout as transcoded
+from pipeline.transcode.profiles import DECODERS  # CompressedVideo format -> FFmpeg decoder
 
 if TYPE_CHECKING:
     from mcap.records import Channel, Schema
 
     from pipeline.config import VendorConfig
+    from pipeline.config.contract import TopicContract
 
 VIDEO_SCHEMA = "foxglove.CompressedVideo"
-#: CompressedVideo ``format`` -> FFmpeg decoder.
-DECODERS = {"h264": "h264", "h265": "hevc"}
 #: Fields of a resampled record that are its time, not a value.
 STAMP_KEYS = frozenset({transcoded.RESAMPLED_STAMP_KEY, transcoded.RESAMPLED_TIME_KEY})
 
@@ -81,37 +83,52 @@ def read_episode(path: Path, vendor: VendorConfig) -> EpisodeFrames:
     content that does not decode."""
     from mcap.reader import make_reader
 
-    if vendor.topics is None or not vendor.topics.state or not vendor.topics.actions:
+    contract = vendor.topics
+    if contract is None or not contract.state or not contract.actions:
         raise StreamLayoutError(
             ReasonCode.MISSING_REQUIRED_TOPIC.value,
             f"vendor {vendor.name}'s contract lists no state or no action topic: a LeRobot episode needs both",
         )
-    with open(path, "rb") as fh:  # the summary, once: the channels' schemas, encodings and metadata
-        reader = make_reader(fh)
-        summary = reader.get_summary()
-        metadata = {m.name: dict(m.metadata) for m in reader.iter_metadata()} if summary else {}
-    channels = {c.topic: c for c in summary.channels.values()} if summary else {}
-    schemas = summary.schemas if summary else {}
+    try:  # the summary, once: the channels' schemas, encodings and metadata
+        with open(path, "rb") as fh:
+            reader = make_reader(fh)
+            summary = reader.get_summary()
+            metadata = {m.name: dict(m.metadata) for m in reader.iter_metadata()} if summary else {}
+    except OSError:
+        raise
+    except Exception as exc:  # the stock reader raises its own, struct and EOF errors on damage
+        raise McapInputError(ReasonCode.CONTAINER_ERROR, f"{path.name}: summary unreadable: {exc}") from None
+    if summary is None or not summary.channels:
+        raise StreamLayoutError(
+            ReasonCode.CONTAINER_ERROR.value,
+            f"{path.name} has no summary listing its channels, which the export reads them from "
+            "(the transcode writes one into every episode it makes)",
+        )
+    channels = {c.topic: c for c in summary.channels.values()}
+    schemas = summary.schemas
     is_transcoded = transcoded.TRANSCODE_METADATA in metadata
-    topic_of = transcoded.resampled_topic if is_transcoded else (lambda topic: topic)
-    what = "resampled stream" if is_transcoded else "stream"
+    specs = (*contract.state, *contract.actions)
+    # a transcode with resample_rate_hz: null writes no resampled streams: its native copies are read then
+    resampled = is_transcoded and any(transcoded.resampled_topic(s.topic) in channels for s in specs)
+    topic_of = transcoded.resampled_topic if resampled else (lambda topic: topic)
+    what = "resampled stream" if resampled else "stream"
     roles: dict[str, list[str]] = {}
-    for role, specs in (("state", vendor.topics.state), ("action", vendor.topics.actions)):
-        roles[role] = [s.topic for s in specs if topic_of(s.topic) in channels]
-        missing = [s.topic for s in specs if s.required and topic_of(s.topic) not in channels]
+    for role, role_specs in (("state", contract.state), ("action", contract.actions)):
+        roles[role] = [s.topic for s in role_specs if topic_of(s.topic) in channels]
+        missing = [s.topic for s in role_specs if s.required and topic_of(s.topic) not in channels]
         if missing or not roles[role]:
-            topic = (missing or [s.topic for s in specs])[0]
+            topic = (missing or [s.topic for s in role_specs])[0]
             raise StreamLayoutError(
                 ReasonCode.MISSING_REQUIRED_TOPIC.value,
                 f"{path.name} has no {what} {topic_of(topic)}, of the contract's {role} topic {topic}",
             )
-    cameras = _cameras(path.name, channels, schemas, metadata.get(transcoded.TRANSCODE_METADATA))
-    if is_transcoded:
+    cameras = _cameras(path.name, channels, schemas, contract, is_transcoded)
+    if resampled:
         read = [t for topics in roles.values() for t in topics]
         streams = {t: _resampled(path, channels[transcoded.resampled_topic(t)], schemas) for t in read}
     else:
         streams = _native(path, vendor)
-    optional = {s.topic for s in (*vendor.topics.state, *vendor.topics.actions) if not s.required}
+    optional = {s.topic for s in specs if not s.required}
     roles = {role: [t for t in topics if t in streams or t not in optional] for role, topics in roles.items()}
     empty = [t for topics in roles.values() for t in topics if t not in streams]
     if empty or not all(roles.values()):
@@ -119,12 +136,20 @@ def read_episode(path: Path, vendor: VendorConfig) -> EpisodeFrames:
             ReasonCode.MISSING_REQUIRED_TOPIC.value,
             f"{path.name}: no state or action messages on {', '.join(empty) or 'any topic of a role'}",
         )
-    decoded = {name: _decode_camera(path, topic) for name, topic in cameras.items()}
-    first = next(iter(decoded.values()))
-    grid_ns = first[0]
+    # a transcoded camera's payload stamp is the truth stamp already; a raw one's follows the vendor's truth
+    clock = "payload" if is_transcoded else vendor.timestamps.truth.value
+    decoded = {name: _decode_camera(path, topic, clock) for name, topic in cameras.items()}
+    grid_ns = next(iter(decoded.values()))[0]
+    fps = _fps(path.name, grid_ns)
+    # frames before every state and action stream has begun have no value at or before them: left out
+    begun = max(int(streams[t].stamps_ns[0]) for topics in roles.values() for t in topics)
+    grid_ns = grid_ns[grid_ns >= begun]
     if len(grid_ns) < 2:
-        raise InputError(ReasonCode.TOO_FEW_FRAMES.value, f"{path.name}: fewer than 2 camera frames")
-    fps = round(1e9 / float(np.median(np.diff(grid_ns))))
+        raise InputError(
+            ReasonCode.TOO_FEW_FRAMES.value,
+            f"{path.name}: fewer than 2 camera frames from {begun} ns, where every state and action stream "
+            "has begun",
+        )
     frames = {}
     for name, (stamps, images) in decoded.items():
         nearest = np.clip(np.searchsorted(stamps, grid_ns), 0, len(stamps) - 1)
@@ -145,51 +170,75 @@ def read_episode(path: Path, vendor: VendorConfig) -> EpisodeFrames:
     )
 
 
+def _fps(name: str, grid_ns: np.ndarray) -> int:
+    """The frame rate of the grid camera: the median interval between its frames, rounded to frames/s."""
+    if len(grid_ns) < 2:
+        raise InputError(ReasonCode.TOO_FEW_FRAMES.value, f"{name}: fewer than 2 camera frames")
+    interval = float(np.median(np.diff(grid_ns)))
+    if interval <= 0:
+        raise InputError(
+            ReasonCode.NON_MONOTONIC_TIME.value,
+            f"{name}: most of the first camera's frames share a stamp; a frame grid needs rising stamps",
+        )
+    fps = round(1e9 / interval)
+    if fps < 1:
+        raise InputError(
+            ReasonCode.TOO_FEW_FRAMES.value,
+            f"{name}: the first camera's frames are {interval / 1e9:.1f} s apart; LeRobot needs at least 1 fps",
+        )
+    return fps
+
+
 def _cameras(
     name: str,
     channels: Mapping[str, Channel],
     schemas: Mapping[int, Schema],
-    transcode: Mapping[str, str] | None,
+    contract: TopicContract,
+    is_transcoded: bool,
 ) -> dict[str, str]:
-    """Camera name -> topic: the names the transcode recorded, else every compressed-video channel's."""
+    """The contract's camera name -> topic, in contract order (the first is the frame grid), of every camera
+    that is compressed video in this file: all of them in a transcoded episode."""
     videos = {
-        t: c
+        t
         for t, c in channels.items()
-        if c.schema_id in schemas and schemas[c.schema_id].name == VIDEO_SCHEMA
+        if c.message_encoding == "protobuf"
+        and c.schema_id in schemas
+        and schemas[c.schema_id].name == VIDEO_SCHEMA
     }
-    if transcode is not None and "cameras" in transcode:
-        named = {cam: str(entry["topic"]) for cam, entry in json.loads(transcode["cameras"]).items()}
-        found = {cam: topic for cam, topic in sorted(named.items()) if topic in videos}
-    else:
-        found = _camera_topics({t: VIDEO_SCHEMA for t in videos})
-    if not found:
-        kinds = sorted({schemas[c.schema_id].name for c in channels.values() if c.schema_id in schemas})
+    found = {c.name: c.topic for c in contract.cameras if c.topic in videos}
+    missing = [c.topic for c in contract.cameras if c.required and c.topic not in videos]
+    if missing or not found:
+        topic = (missing or [c.topic for c in contract.cameras] or ["(none in the contract)"])[0]
+        schema = next(
+            (schemas[c.schema_id].name for t, c in channels.items() if t == topic and c.schema_id in schemas),
+            None,
+        )
         raise StreamLayoutError(
             ReasonCode.MISSING_REQUIRED_TOPIC.value,
-            f"{name} has no {VIDEO_SCHEMA} camera (its schemas: {', '.join(kinds) or 'none'}); the export "
-            "decodes compressed video, which the transcode step makes of every camera family",
+            f"{name}: camera {topic} is "
+            + (f"{schema} ({channels[topic].message_encoding})" if schema else "absent")
+            + f", and the export decodes {VIDEO_SCHEMA} (protobuf)"
+            + ("" if is_transcoded else "; the transcode step makes it of every camera family: run it first"),
         )
     return found
 
 
-def _camera_topics(topics: dict[str, str]) -> dict[str, str]:
-    """Camera name -> topic for every compressed-video channel (``/cam/<name>/h264`` -> ``<name>``)."""
-    out = {}
-    for topic, schema in sorted(topics.items()):
-        if schema == VIDEO_SCHEMA and not topic.endswith(transcoded.RESAMPLED_SUFFIX):
-            parts = [p for p in topic.split("/") if p and p not in ("cam", "h264", "image", "compressed")]
-            out["_".join(parts) or "camera"] = topic
-    return out
-
-
-def _decode_camera(path: Path, topic: str) -> tuple[np.ndarray, np.ndarray]:
+def _decode_camera(path: Path, topic: str, clock: str) -> tuple[np.ndarray, np.ndarray]:
+    """The camera's frames in stamp order, each with its message's stamp: the payload's ``timestamp``
+    (``clock`` payload or hardware; the log time where it is zero), or the MCAP log or publish time."""
     from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
+    from google.protobuf.message import DecodeError as ProtobufDecodeError
 
     decoder: Any = None  # a VideoCodecContext, made for the first message's format
     stamps: list[int] = []
-    images: list[np.ndarray] = []
+    images: list[tuple[int, np.ndarray]] = []  # (message index, picture): decode order is not display order
     for _schema, _channel, message in iter_messages(path, [topic]):
-        msg = CompressedVideo.FromString(message.data)
+        try:
+            msg = CompressedVideo.FromString(message.data)
+        except ProtobufDecodeError as exc:
+            raise InputError(
+                ReasonCode.DECODE_ERROR.value, f"{path.name} {topic}: message {len(stamps)}: {exc}"
+            ) from None
         if decoder is None:
             if msg.format not in DECODERS:
                 raise InputError(
@@ -197,21 +246,29 @@ def _decode_camera(path: Path, topic: str) -> tuple[np.ndarray, np.ndarray]:
                     f"{path.name} {topic}: video format {msg.format!r}; the export decodes {', '.join(DECODERS)}",
                 )
             decoder = av.CodecContext.create(DECODERS[msg.format], "r")
-        stamp = msg.timestamp.seconds * 1_000_000_000 + msg.timestamp.nanos or message.log_time
+        if clock == "log_time":
+            stamp = message.log_time
+        elif clock == "publish_time":
+            stamp = message.publish_time
+        else:
+            stamp = msg.timestamp.seconds * 1_000_000_000 + msg.timestamp.nanos or message.log_time
         stamps.append(stamp)
         packet = av.Packet(msg.data)
         packet.pts = len(stamps) - 1
         try:
-            images += [f.to_ndarray(format="rgb24") for f in decoder.decode(packet)]
+            images += [(f.pts, f.to_ndarray(format="rgb24")) for f in decoder.decode(packet)]
         except av.FFmpegError as exc:
             raise InputError(ReasonCode.DECODE_ERROR.value, f"{path.name} {topic}: {exc}") from None
     if decoder is not None:
-        images += [f.to_ndarray(format="rgb24") for f in decoder.decode(None)]
-    if not images:
+        images += [(f.pts, f.to_ndarray(format="rgb24")) for f in decoder.decode(None)]
+    kept = [(stamps[pts], image) for pts, image in images if pts is not None and 0 <= pts < len(stamps)]
+    if not kept:
         raise InputError(ReasonCode.TOO_FEW_FRAMES.value, f"{path.name}: no frame decodes on {topic}")
-    n = min(len(images), len(stamps))
-    order = np.argsort(np.asarray(stamps[:n]), kind="stable")
-    return np.asarray(stamps[:n], dtype=np.int64)[order], np.stack(images[:n])[order]
+    order = sorted(range(len(kept)), key=lambda i: kept[i][0])
+    return (
+        np.asarray([kept[i][0] for i in order], dtype=np.int64),
+        np.stack([kept[i][1] for i in order]),
+    )
 
 
 def _resampled(path: Path, channel: Channel, schemas: Mapping[int, Schema]) -> _Stream:
@@ -227,7 +284,12 @@ def _resampled(path: Path, channel: Channel, schemas: Mapping[int, Schema]) -> _
     stamps, records = [], []
     for _schema, _channel, message in iter_messages(path, [channel.topic]):
         stamps.append(message.log_time)
-        records.append(decode_json(message.data))
+        try:
+            records.append(decode_json(message.data))
+        except DecodeError as exc:
+            raise InputError(
+                ReasonCode.DECODE_ERROR.value, f"{path.name} {channel.topic}: record {len(records)}: {exc}"
+            ) from None
     fields = [f for f in records[0] if f in interpolated and f not in STAMP_KEYS] if records else []
     axes = _axes(schema.removeprefix(transcoded.RESAMPLED_SCHEMA_PREFIX))
     return _flatten(path.name, source_topic, stamps, records, fields, entries, axes)
@@ -280,6 +342,10 @@ def _flatten(
     """Each record's numbers (a number or a list of numbers per field) in ``fields`` order, one row each."""
     if not records:
         raise StreamLayoutError(ReasonCode.MISSING_REQUIRED_TOPIC.value, f"{name}: no messages on {topic}")
+    if not isinstance(records[0], Mapping):
+        raise StreamLayoutError(
+            ReasonCode.SCHEMA_DRIFT.value, f"{name}: {topic} message 0 is no object of fields"
+        )
     leaf = topic.rstrip("/").rsplit("/", 1)[-1] or topic
     names: list[str] = []
     kept: list[str] = []
@@ -301,6 +367,10 @@ def _flatten(
         raise StreamLayoutError(ReasonCode.SCHEMA_DRIFT.value, f"{name}: {topic} has no numeric field")
     rows = []
     for i, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise StreamLayoutError(
+                ReasonCode.SCHEMA_DRIFT.value, f"{name}: {topic} message {i} is no object of fields"
+            )
         row: list[Any] = []
         for field in kept:
             value = record.get(field)
@@ -311,13 +381,23 @@ def _flatten(
                 f"{name}: {topic} message {i} holds other numbers than the first ({', '.join(kept)})",
             )
         rows.append(row)
+    with np.errstate(over="ignore"):
+        try:
+            values = np.asarray(rows, dtype=np.float64).astype(np.float32)
+        except OverflowError:  # an integer beyond any float
+            values = np.full((1, 1), np.inf, dtype=np.float32)
+    if not np.isfinite(values).all():
+        bad = (
+            sorted({names[j] for j in np.flatnonzero(~np.isfinite(values).all(axis=0))})[:6]
+            if values.shape[1] == len(names)
+            else []
+        )
+        raise StreamLayoutError(
+            ReasonCode.SCHEMA_DRIFT.value,
+            f"{name}: {topic} holds a value that is no finite float32 ({', '.join(bad) or 'an integer beyond any float'})",
+        )
     order = np.argsort(np.asarray(stamps, dtype=np.int64), kind="stable")
-    return _Stream(
-        topic,
-        np.asarray(stamps, dtype=np.int64)[order],
-        np.asarray(rows, dtype=np.float32)[order],
-        names,
-    )
+    return _Stream(topic, np.asarray(stamps, dtype=np.int64)[order], values[order], names)
 
 
 def _is_number(value: Any) -> bool:

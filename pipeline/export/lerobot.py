@@ -126,14 +126,7 @@ def export_dataset_version(
             with local_file(ref.uri) as path:
                 frames = read_episode(path, vendors[ref.vendor])
         except StreamLayoutError as exc:  # not what the vendor's contract says, or no camera it decodes
-            raise ExportError(
-                f"{where} cannot be exported: {exc.detail}"
-                + (
-                    ""
-                    if ref.artifact_uri
-                    else "; it has no transcoded output: run the vendor's transcode step"
-                )
-            ) from exc
+            raise ExportError(f"{where} cannot be exported: {exc.detail}") from exc
         except InputError as exc:  # content that does not decode
             raise ExportError(f"{where} cannot be exported: {exc}") from exc
         except OSError as exc:  # gone from the store, unreadable: the export would not be the version

@@ -216,8 +216,9 @@ def test_a_ros2_fleet_exports_its_contracts_state_and_actions(
             export_dataset_version(world.ctx.engine, "fleet", "v1", tmp_path / "raw")
         said = str(refused.value)
         assert f"episode {episodes[0]} of fleet@v1 (vendor kestrel_ros2) cannot be exported" in said
-        assert "no foxglove.CompressedVideo camera" in said and "sensor_msgs/msg/CompressedImage" in said
-        assert "run the vendor's transcode step" in said and not (tmp_path / "raw").exists()
+        assert "camera /cam/front/image_raw/compressed is sensor_msgs/msg/CompressedImage (cdr)" in said
+        assert "the transcode step makes it of every camera family: run it first" in said
+        assert not (tmp_path / "raw").exists()
 
         _transcode(world, vendor, {str(e): e for e in episodes})
         out = tmp_path / "export"

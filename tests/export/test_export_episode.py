@@ -1,0 +1,152 @@
+"""One episode on the export's frame grid: pictures with their own stamps, values never from after a frame,
+damaged or unresampled inputs read or refused by name."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from mcap.reader import make_reader
+from mcap.writer import Writer
+
+from pipeline.config import VendorConfig
+from pipeline.errors import InputError
+from pipeline.export.episode import read_episode
+from pipeline.mcaplog import McapInputError
+from pipeline.synth import RobotDropConfig, make_robot_drop
+from pipeline.transcode import Provenance, RobotTranscodeConfig, transcode_episode
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _vendor(**transcode: Any) -> VendorConfig:
+    data = yaml.safe_load((REPO / "dags" / "vendors" / "acme_robotics.yaml").read_text())
+    data["transcode"] = {**data["transcode"], **transcode}
+    return VendorConfig.model_validate(data)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    drop = tmp_path_factory.mktemp("drop")
+    make_robot_drop(drop, RobotDropConfig(episodes=1, seconds=2, width=64, height=48))
+    (path,) = sorted(drop.rglob("*.mcap"))
+    return path
+
+
+def _transcoded(source: Path, vendor: VendorConfig, out: Path) -> Path:
+    transcode_episode(source, out, RobotTranscodeConfig.from_vendor(vendor), Provenance("a" * 64, "b", "c"))
+    return out
+
+
+def _rewrite(source: Path, out: Path, keep: Callable[[str, dict[str, Any]], bool]) -> Path:
+    """A copy of ``source`` without the JSON messages ``keep(topic, payload)`` refuses."""
+    with open(source, "rb") as fh, open(out, "wb") as sink:
+        writer = Writer(sink)
+        writer.start()
+        schemas: dict[int, int] = {}
+        channels: dict[int, int] = {}
+        for schema, channel, message in make_reader(fh).iter_messages(log_time_order=True):
+            if channel.message_encoding == "json" and not keep(channel.topic, json.loads(message.data)):
+                continue
+            if channel.id not in channels:
+                assert schema is not None
+                if schema.id not in schemas:
+                    schemas[schema.id] = writer.register_schema(schema.name, schema.encoding, schema.data)
+                channels[channel.id] = writer.register_channel(
+                    channel.topic, channel.message_encoding, schemas[schema.id], dict(channel.metadata)
+                )
+            writer.add_message(
+                channels[channel.id], message.log_time, message.data, message.publish_time, message.sequence
+            )
+        writer.finish()
+    return out
+
+
+def _gap(one: np.ndarray, other: np.ndarray) -> float:
+    return float(np.abs(one.astype(np.int16) - other.astype(np.int16)).mean())
+
+
+def test_b_frames_keep_their_own_stamps(source: Path, tmp_path: Path) -> None:
+    """random_access has B-frames: the decoder returns pictures in display order, not in the order of the
+    messages (decode order). Pairing the n-th picture with the n-th message's stamp shifted every picture
+    of the episode by a frame or more against its state."""
+    vendor = _vendor(profile="random_access", gop_frames=17)
+    out = _transcoded(source, vendor, tmp_path / "episode.mcap")
+    with open(out, "rb") as fh:
+        frames = {m.name: m.metadata for m in make_reader(fh).iter_metadata()}["sluice.frames"]
+    assert "b" in json.loads(frames["front"])["types"].lower()  # the case this test is about
+    reordered, raw = read_episode(out, vendor), read_episode(source, vendor)
+    assert reordered.length == raw.length > 50
+    for k in range(raw.length):
+        same = _gap(reordered.cameras["front"][k], raw.cameras["front"][k])
+        neighbours = [
+            _gap(reordered.cameras["front"][j], raw.cameras["front"][k])
+            for j in (k - 1, k + 1)
+            if 0 <= j < raw.length
+        ]
+        assert same < min(neighbours), (k, same, neighbours)  # each frame is its own source picture
+
+
+def test_frames_before_every_stream_has_begun_are_left_out(source: Path, tmp_path: Path) -> None:
+    """No frame gets a state or action from after it: when the actions begin 1 s into the log, the frames
+    of that first second are not exported (they used to get the first action, recorded later)."""
+    with open(source, "rb") as fh:
+        start = min(m.log_time for _, _, m in make_reader(fh).iter_messages(topics=["/robot/action"]))
+    late = _rewrite(
+        source,
+        tmp_path / "late.mcap",
+        lambda topic, payload: topic != "/robot/action" or payload["stamp_ns"] >= start + 1_000_000_000,
+    )
+    vendor = _vendor()
+    full = read_episode(source, vendor)
+    for path in (late, _transcoded(late, vendor, tmp_path / "episode.mcap")):
+        cut = read_episode(path, vendor)
+        assert full.length - 33 <= cut.length <= full.length - 27, (path.name, cut.length, full.length)
+        # the cut is at the start: the last picture is the full episode's last, not the one before it
+        last = cut.cameras["front"][-1]
+        assert _gap(last, full.cameras["front"][-1]) < _gap(last, full.cameras["front"][-2]), path.name
+
+
+def test_a_transcode_without_resampling_exports_from_its_native_streams(source: Path, tmp_path: Path) -> None:
+    vendor = _vendor(resample_rate_hz=None)
+    out = _transcoded(source, vendor, tmp_path / "episode.mcap")
+    with open(out, "rb") as fh:
+        summary = make_reader(fh).get_summary()
+    assert summary is not None and not [
+        c for c in summary.channels.values() if c.topic.endswith("/resampled")
+    ]
+    native, raw = read_episode(out, vendor), read_episode(source, vendor)
+    assert native.state_names == raw.state_names and native.action_names == raw.action_names
+    np.testing.assert_array_equal(native.state, raw.state)
+
+
+def test_damaged_files_are_input_errors_naming_them(source: Path, tmp_path: Path) -> None:
+    vendor = _vendor()
+    cut = tmp_path / "cut.mcap"
+    cut.write_bytes(source.read_bytes()[: source.stat().st_size - 300])  # the summary's end is gone
+    empty = tmp_path / "empty.mcap"
+    empty.write_bytes(b"")
+    for path in (cut, empty):
+        with pytest.raises(McapInputError, match=re.escape(f"{path.name}: summary unreadable")):
+            read_episode(path, vendor)
+    # a log whose summary lists no channels (a writer that leaves them out) is refused, not misread
+    bare = tmp_path / "bare.mcap"
+    with open(source, "rb") as fh, open(bare, "wb") as sink:
+        writer = Writer(sink, repeat_channels=False, repeat_schemas=False)
+        writer.start()
+        ids: dict[str, int] = {}
+        for schema, channel, message in make_reader(fh).iter_messages():
+            assert schema is not None
+            if channel.topic not in ids:
+                sid = writer.register_schema(schema.name, schema.encoding, schema.data)
+                ids[channel.topic] = writer.register_channel(channel.topic, channel.message_encoding, sid)
+            writer.add_message(ids[channel.topic], message.log_time, message.data, message.publish_time)
+        writer.finish()
+    with pytest.raises(InputError, match=r"bare\.mcap has no summary listing its channels"):
+        read_episode(bare, vendor)
