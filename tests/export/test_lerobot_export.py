@@ -13,10 +13,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from sluice_world import land, make_world, vendor_from_example
+from typer.testing import CliRunner
 
 from pipeline.annotate.inputs import episode_inputs
 from pipeline.catalog import make_session_factory, session_scope
 from pipeline.catalog.outputs import add_dataset_episodes, create_dataset_version
+from pipeline.cli import app as sluice_app
 from pipeline.export import ExportError, export_dataset_version
 from pipeline.export.stats import value_quantiles
 from pipeline.synth import RobotDropConfig, make_robot_drop
@@ -222,12 +224,21 @@ def test_a_ros2_fleet_exports_its_contracts_state_and_actions(
 
         _transcode(world, vendor, {str(e): e for e in episodes})
         out = tmp_path / "export"
-        report = export_dataset_version(world.ctx.engine, "fleet", "v1", out, robot_type="kestrel_arm")
+        # as a user runs it: the command line, which reads the catalog from the environment
+        env = {"SLUICE_HOME": str(world.settings.home), "SLUICE_DATABASE_URL": world.settings.database_url}
+        done = CliRunner().invoke(
+            sluice_app,
+            ["export", "lerobot", "fleet@v1", str(out), "--robot-type", "kestrel_arm", "--json"],
+            env=env,
+            catch_exceptions=False,
+        )
         transcoded = episode_inputs(world.ctx.engine, episodes)
     finally:
         world.close()
 
-    assert report.ok, report.checks
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["episodes"] == 2 and all(report["checks"].values()), report
     info = json.loads((out / "meta/info.json").read_text())
     features = info["features"]
     assert features["observation.state"]["names"] == [
