@@ -5,9 +5,10 @@ type's row in :data:`~pipeline.families.table.SERIES_FAMILIES` (``JointState``: 
 ``velocity``, ``effort``; ``Float64MultiArray``: ``data``; poses and twists as vectors), or, for a JSON
 message, the whole object as it is (today's shape), and for any other type every numeric field it has.
 
-Vectors of a type with a names field (``JointState.name``) are keyed by name: every message's values are put
-in the first message's name order, and a name set that changes mid-episode raises ``schema_drift`` (a
-position vector would otherwise silently change meaning).
+Vectors of a type with a names field (``JointState.name``) are keyed by name, its own fields and the ones a
+contract picks alike: every message's values are put in the first message's name order, and a name set
+that changes mid-episode raises ``schema_drift`` (a position vector would otherwise silently change
+meaning).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class SeriesReader:
             self._picks = tuple(FieldPick(path, (path,)) for path in fields)
         elif self.family is not None:
             self._picks = self.family.fields
+        if self.family is not None:  # the fields a contract picks of a JointState are keyed by name too
             self.names_field = self.family.names_field
         self._whole_json = self._picks is None and message_encoding == "json"
         self.names: list[str] | None = None  # the first message's names, when the type names its entries

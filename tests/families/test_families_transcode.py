@@ -22,6 +22,7 @@ from family_helpers import (
 from mcap.reader import make_reader
 
 from pipeline.config import QualityPost, StampSource, TranscodeOptions
+from pipeline.config.contract import TopicContract
 from pipeline.enums import ReasonCode
 from pipeline.synth.encode import RAW_ENCODINGS
 from pipeline.synth.flavors import FLAVOR_NAMES, flavor
@@ -171,11 +172,33 @@ def test_joints_listed_in_another_order_are_put_back_in_the_first_messages_order
     assert _resampled(a)[topic][1] == _resampled(b)[topic][1]
 
 
-def test_renamed_joints_are_schema_drift(tmp_path: Path) -> None:
+def _positions_only(name: str) -> RobotTranscodeConfig:
+    """The flavor's contract with ``fields: [position]`` on its JointState topic."""
+    topics = contract(name).model_dump(mode="json")
+    assert topics["state"][0]["topic"] == "/robot/joint_states"
+    topics["state"][0]["fields"] = ["position"]
+    options = TranscodeOptions.model_validate({"profile": "vla"})
+    return RobotTranscodeConfig(options, TopicContract.model_validate(topics), StampSource.HARDWARE)
+
+
+@pytest.mark.parametrize("picked", [False, True], ids=["own fields", "fields: [position]"])
+def test_renamed_joints_are_schema_drift(tmp_path: Path, picked: bool) -> None:
+    """Also when the contract picks the JointState's fields: they were not keyed by name then, and a joint
+    renamed mid-episode passed, its position column silently another joint's."""
     source = write_flavored(tmp_path / "s.mcap", "ros2-jpeg", tweaks=EpisodeTweaks(rename_joints_at_s=0.6))
+    config = _positions_only("ros2-jpeg") if picked else _config("ros2-jpeg")
     with pytest.raises(TranscodeInputError, match="gone: joint_3; new: elbow") as caught:
-        transcode_episode(source, tmp_path / "out.mcap", _config("ros2-jpeg"), PROVENANCE)
+        transcode_episode(source, tmp_path / "out.mcap", config, PROVENANCE)
     assert caught.value.code is ReasonCode.SCHEMA_DRIFT
+
+
+def test_picked_joint_state_fields_keep_their_joint_names(tmp_path: Path) -> None:
+    source = write_flavored(tmp_path / "s.mcap", "ros2-jpeg")
+    out = tmp_path / "out" / "episode.mcap"
+    transcode_episode(source, out, _positions_only("ros2-jpeg"), PROVENANCE)
+    metadata, records = _resampled(out)[resampled_topic("/robot/joint_states")]
+    assert json.loads(metadata[NAMES_KEY])[:2] == ["joint_1", "joint_2"]
+    assert set(records[0]) == {"position", RESAMPLED_TIME_KEY, "stamp_ns"}
 
 
 @pytest.mark.parametrize("name", ["ros2-jpeg", "ros2-raw"])
