@@ -8,11 +8,13 @@ The export is written to a staging folder beside ``out`` and renamed into place 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import shutil
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -114,17 +116,17 @@ def export_dataset_version(
     episode_ids = sorted(split_of_episode, key=lambda e: (SPLIT_ORDER.get(split_of_episode[e] or "", 3), e))
     refs = episode_inputs(engine, episode_ids)
     vendors = _vendor_configs(engine, {ref.vendor for ref in refs.values() if ref.kind is SourceKind.MCAP})
-    episodes: list[tuple[int, str, EpisodeFrames]] = []
-    skipped = []
-    for episode_id in episode_ids:
+    robot = [e for e in episode_ids if refs[e].kind is SourceKind.MCAP]
+    skipped = [
+        {"episode_id": e, "why": VIDEO_RULE} for e in episode_ids if refs[e].kind is not SourceKind.MCAP
+    ]
+
+    def read(episode_id: int) -> EpisodeFrames:
         ref = refs[episode_id]
-        if ref.kind is not SourceKind.MCAP:
-            skipped.append({"episode_id": episode_id, "why": VIDEO_RULE})
-            continue
         where = f"episode {episode_id} of {name}@{version} (vendor {ref.vendor})"
         try:
             with local_file(ref.uri) as path:
-                frames = read_episode(path, vendors[ref.vendor])
+                return read_episode(path, vendors[ref.vendor])
         except StreamLayoutError as exc:  # not what the vendor's contract says, or no camera it decodes
             raise ExportError(f"{where} cannot be exported: {exc.detail}") from exc
         except InputError as exc:  # content that does not decode
@@ -134,12 +136,13 @@ def export_dataset_version(
                 f"episode {episode_id} of {name}@{version} cannot be read from {ref.uri} ({exc.strerror or exc}); "
                 "`sluice scrub` lists every damaged object"
             ) from exc
-        episodes.append((episode_id, ref.task or "", frames))
+
+    # one episode read at a time, and written before the next is read: memory is bound by an episode
     report = write_lerobot(
-        episodes,
+        ((e, refs[e].task or "", read(e)) for e in robot),
         out,
         robot_type=robot_type,
-        splits=[split_of_episode[e] or "train" for e, _, _ in episodes],
+        splits=[split_of_episode[e] or "train" for e in robot],
     )
     report.skipped = skipped
     _write_report(out, report)
@@ -170,7 +173,7 @@ def _vendor_configs(engine: Engine, names: set[str]) -> dict[str, VendorConfig]:
 
 
 def write_lerobot(
-    episodes: list[tuple[int, str, EpisodeFrames]],
+    episodes: Iterable[tuple[int, str, EpisodeFrames]],
     out: Path,
     *,
     robot_type: str | None = None,
@@ -178,44 +181,22 @@ def write_lerobot(
 ) -> ExportReport:
     """Write ``(source episode id, task, frames)`` as a LeRobot v3.0 dataset at ``out``; returns the report.
 
-    ``splits[i]`` is episode ``i``'s split (all ``train`` when None). lerobot's ``info.json`` names a split
-    as one range of episode indices, so the episodes of a split must be contiguous: callers pass them in
-    split order (train, val, eval), and other orders are refused.
+    ``episodes`` is consumed once, each episode's frames encoded before the next is taken, so that a
+    generator holds one episode in memory at a time. ``splits[i]`` is episode ``i``'s split (all ``train``
+    when None). lerobot's ``info.json`` names a split as one range of episode indices, so the episodes of a
+    split must be contiguous: callers pass them in split order (train, val, eval), and other orders are
+    refused before anything is read. Every episode must have the first one's fps, cameras, picture sizes and
+    state and action names.
     """
-    split_of = splits if splits is not None else ["train"] * len(episodes)
-    if len(split_of) != len(episodes):
-        raise ExportError(f"{len(split_of)} splits for {len(episodes)} episodes")
     if out.exists():
         raise ExportError(f"{out} exists; give a new folder (an export is never merged into another)")
-    if not episodes:
-        raise ExportError("no robot episode to export")
-    fps = {e[2].fps for e in episodes}
-    if len(fps) != 1:
-        raise ExportError(f"episodes have different frame rates {sorted(fps)}; one dataset has one fps")
-    cameras = sorted(episodes[0][2].cameras)
-    for source_id, _, frames in episodes:
-        if sorted(frames.cameras) != cameras:
-            raise ExportError(
-                f"episode {source_id} has cameras {sorted(frames.cameras)}, the first has {cameras}"
-            )
-    first = episodes[0][2]
-    for source_id, _, frames in episodes:
-        for key, names, want in (
-            (layout.STATE_KEY, frames.state_names, first.state_names),
-            (layout.ACTION_KEY, frames.action_names, first.action_names),
-        ):
-            if names != want:
-                differ = sorted(set(names) ^ set(want))[:6] or ["their order"]
-                raise ExportError(
-                    f"episode {source_id}'s {key} has other fields than episode {episodes[0][0]}'s "
-                    f"({len(names)} against {len(want)}; differing: {', '.join(differ)}); one dataset has "
-                    "one feature set: leave out the episodes of another robot or contract"
-                )
-    rate = fps.pop()
+    ranges = _split_ranges(splits, len(splits)) if splits is not None else None
     staging = out.with_name(f".{out.name}.{uuid.uuid4().hex}.part")
     staging.mkdir(parents=True)
     try:
-        report = _write(episodes, staging, rate, cameras, robot_type, _split_ranges(split_of, len(episodes)))
+        report = _write(
+            iter(episodes), staging, robot_type, ranges, len(splits) if splits is not None else None
+        )
         report.out = str(out)
         if not report.ok:
             raise ExportError(f"export checks failed: {[k for k, v in report.checks.items() if not v]}")
@@ -226,100 +207,183 @@ def write_lerobot(
     return report
 
 
-def _write(
-    episodes: list[tuple[int, str, EpisodeFrames]],
-    root: Path,
-    fps: int,
-    cameras: list[str],
-    robot_type: str | None,
-    splits: dict[str, str],
-) -> ExportReport:
-    tasks = sorted({task for _, task, _ in episodes})
-    task_index = {t: i for i, t in enumerate(tasks)}
-    loc = {"chunk_index": 0, "file_index": 0}
-    video_keys = {cam: layout.IMAGE_PREFIX + cam for cam in cameras}
+class _CameraVideo:
+    """One camera's MP4 (H.264, no B-frames): every episode's frames back to back, ``pts`` the dataset-wide
+    frame index at time base 1/fps, an IDR at each episode's first frame."""
 
-    # data
-    columns: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            layout.STATE_KEY,
-            layout.ACTION_KEY,
-            "timestamp",
-            "frame_index",
-            "episode_index",
-            "index",
-            "task_index",
+    def __init__(self, path: Path, fps: int, height: int, width: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fps, self.height, self.width = fps, height, width
+        self.shape = (height - height % 2, width - width % 2)  # yuv420p needs even sizes
+        self._container = av.open(str(path), "w", format="mp4")
+        self._stream = self._container.add_stream("libx264", rate=fps)
+        self._stream.width, self._stream.height = self.shape[1], self.shape[0]
+        self._stream.pix_fmt = "yuv420p"
+        self._stream.time_base = Fraction(1, fps)
+        self._stream.options = dict(X264_OPTIONS)
+        self._index = 0
+
+    def add(self, frames: np.ndarray) -> None:
+        eh, ew = self.shape
+        for i, rgb in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[:eh, :ew]), format="rgb24").reformat(
+                format="yuv420p"
+            )
+            frame.pts, frame.time_base = self._index, Fraction(1, self.fps)
+            frame.pict_type = av.video.frame.PictureType.I if i == 0 else av.video.frame.PictureType.NONE
+            self._container.mux(self._stream.encode(frame))
+            self._index += 1
+
+    def close(self, *, flush: bool) -> None:
+        if flush:
+            self._container.mux(self._stream.encode(None))
+        self._container.close()
+
+
+def _features_of(frames: EpisodeFrames) -> EpisodeFrames:
+    """``frames`` without its frames: fps, names and each camera's picture size (zero frames of it)."""
+    return dataclasses.replace(
+        frames,
+        cameras={c: np.empty((0, *a.shape[1:]), a.dtype) for c, a in frames.cameras.items()},
+        state=np.empty((0, frames.state.shape[1]), frames.state.dtype),
+        action=np.empty((0, frames.action.shape[1]), frames.action.dtype),
+    )
+
+
+def _differs(first_id: int, first: EpisodeFrames, source_id: int, frames: EpisodeFrames) -> str | None:
+    """What makes ``frames`` another feature set than ``first``'s (None when nothing does)."""
+    if frames.fps != first.fps:
+        return (
+            f"its frame rate is {frames.fps} fps, episode {first_id}'s {first.fps}; one dataset has one fps"
         )
-    }
+    if sorted(frames.cameras) != sorted(first.cameras):
+        return f"it has cameras {sorted(frames.cameras)}, episode {first_id} has {sorted(first.cameras)}"
+    for cam, images in frames.cameras.items():
+        if images.shape[1:] != first.cameras[cam].shape[1:]:
+            return (
+                f"its camera {cam} is {images.shape[2]}x{images.shape[1]}, episode {first_id}'s "
+                f"{first.cameras[cam].shape[2]}x{first.cameras[cam].shape[1]}"
+            )
+    for key, names, want in (
+        (layout.STATE_KEY, frames.state_names, first.state_names),
+        (layout.ACTION_KEY, frames.action_names, first.action_names),
+    ):
+        if names != want:
+            differ = sorted(set(names) ^ set(want))[:6] or ["their order"]
+            return (
+                f"its {key} has other fields than episode {first_id}'s ({len(names)} against {len(want)}; "
+                f"differing: {', '.join(differ)})"
+            )
+    return None
+
+
+def _write(
+    episodes: Iterator[tuple[int, str, EpisodeFrames]],
+    root: Path,
+    robot_type: str | None,
+    splits: dict[str, str] | None,
+    count: int | None,
+) -> ExportReport:
+    loc = {"chunk_index": 0, "file_index": 0}
+    videos: dict[str, _CameraVideo] = {}
+    first: tuple[int, EpisodeFrames] | None = None
+    state: list[np.ndarray] = []
+    action: list[np.ndarray] = []
+    lengths: list[int] = []
+    episode_tasks: list[str] = []
     episode_rows = []
     dataset_stats = DatasetStats()
     start = 0
-    for ep_index, (source_id, task, frames) in enumerate(episodes):
-        n = frames.length
-        k = np.arange(n)
-        columns[layout.STATE_KEY] += frames.state.tolist()
-        columns[layout.ACTION_KEY] += frames.action.tolist()
-        columns["timestamp"] += (k / fps).astype(np.float32).tolist()
-        columns["frame_index"] += k.tolist()
-        columns["episode_index"] += [ep_index] * n
-        columns["index"] += (start + k).tolist()
-        columns["task_index"] += [task_index[task]] * n
-        stats = dataset_stats.add(frames)
-        row: dict[str, Any] = {
-            "episode_index": ep_index,
-            "tasks": [task],
-            "length": n,
-            "data/chunk_index": 0,
-            "data/file_index": 0,
-            "dataset_from_index": start,
-            "dataset_to_index": start + n,
-            "meta/episodes/chunk_index": 0,
-            "meta/episodes/file_index": 0,
-            "sluice/source_episode_id": source_id,
-        }
-        for cam in cameras:
-            key = video_keys[cam]
-            row[f"videos/{key}/chunk_index"] = 0
-            row[f"videos/{key}/file_index"] = 0
-            row[f"videos/{key}/from_timestamp"] = start / fps
-            row[f"videos/{key}/to_timestamp"] = (start + n) / fps
-        for feature, values in stats.items():
-            for stat, value in values.items():
-                row[f"stats/{feature}/{stat}"] = np.asarray(value).tolist()
-        episode_rows.append(row)
-        start += n
-    dim_s, dim_a = len(episodes[0][2].state_names), len(episodes[0][2].action_names)
+    flushed = False
+    try:
+        for ep_index, (source_id, task, frames) in enumerate(episodes):
+            if first is None:  # what later episodes must match, without holding its pictures
+                first = (source_id, _features_of(frames))
+                for cam in sorted(frames.cameras):
+                    key = layout.IMAGE_PREFIX + cam
+                    h, w = frames.cameras[cam].shape[1:3]
+                    path = root / layout.VIDEO_PATH.format(video_key=key, **loc)
+                    videos[cam] = _CameraVideo(path, frames.fps, h, w)
+            else:
+                why = _differs(first[0], first[1], source_id, frames)
+                if why is not None:
+                    raise ExportError(
+                        f"episode {source_id} cannot join the export: {why}; one LeRobot dataset has one "
+                        "feature set: leave out the episodes of another robot or contract"
+                    )
+            n = frames.length
+            fps = frames.fps
+            state.append(frames.state)
+            action.append(frames.action)
+            lengths.append(n)
+            episode_tasks.append(task)
+            stats = dataset_stats.add(frames)
+            for cam, video in videos.items():
+                video.add(frames.cameras[cam])
+            row: dict[str, Any] = {
+                "episode_index": ep_index,
+                "tasks": [task],
+                "length": n,
+                "data/chunk_index": 0,
+                "data/file_index": 0,
+                "dataset_from_index": start,
+                "dataset_to_index": start + n,
+                "meta/episodes/chunk_index": 0,
+                "meta/episodes/file_index": 0,
+                "sluice/source_episode_id": source_id,
+            }
+            for cam in videos:
+                key = layout.IMAGE_PREFIX + cam
+                row[f"videos/{key}/chunk_index"] = 0
+                row[f"videos/{key}/file_index"] = 0
+                row[f"videos/{key}/from_timestamp"] = start / fps
+                row[f"videos/{key}/to_timestamp"] = (start + n) / fps
+            for feature, values in stats.items():
+                for stat, value in values.items():
+                    row[f"stats/{feature}/{stat}"] = np.asarray(value).tolist()
+            episode_rows.append(row)
+            start += n
+        flushed = True
+    finally:
+        for video in videos.values():
+            video.close(flush=flushed)
+    if first is None:
+        raise ExportError("no robot episode to export")
+    if count is not None and count != len(lengths):
+        raise ExportError(f"{count} splits for {len(lengths)} episodes")
+    first_frames = first[1]
+    fps = first_frames.fps
+    tasks = sorted(set(episode_tasks))
+    task_index = {t: i for i, t in enumerate(tasks)}
+
+    # data
+    k = np.concatenate([np.arange(n) for n in lengths])
+    dim_s, dim_a = len(first_frames.state_names), len(first_frames.action_names)
     data = pa.table(
         {
-            layout.STATE_KEY: pa.array(columns[layout.STATE_KEY], type=pa.list_(pa.float32(), dim_s)),
-            layout.ACTION_KEY: pa.array(columns[layout.ACTION_KEY], type=pa.list_(pa.float32(), dim_a)),
-            "timestamp": pa.array(columns["timestamp"], type=pa.float32()),
-            "frame_index": pa.array(columns["frame_index"], type=pa.int64()),
-            "episode_index": pa.array(columns["episode_index"], type=pa.int64()),
-            "index": pa.array(columns["index"], type=pa.int64()),
-            "task_index": pa.array(columns["task_index"], type=pa.int64()),
+            layout.STATE_KEY: _vectors(state, dim_s),
+            layout.ACTION_KEY: _vectors(action, dim_a),
+            "timestamp": pa.array((k / fps).astype(np.float32), type=pa.float32()),
+            "frame_index": pa.array(k, type=pa.int64()),
+            "episode_index": pa.array(np.repeat(np.arange(len(lengths)), lengths), type=pa.int64()),
+            "index": pa.array(np.arange(start), type=pa.int64()),
+            "task_index": pa.array(
+                np.repeat([task_index[t] for t in episode_tasks], lengths), type=pa.int64()
+            ),
         }
     )
     _parquet(data, root / layout.DATA_PATH.format(**loc))
     _parquet(pa.Table.from_pylist(episode_rows), root / layout.EPISODES_PATH.format(**loc))
     _write_tasks(tasks, root / layout.TASKS_PATH)
 
-    # videos
-    shapes = {}
-    for cam in cameras:
-        path = root / layout.VIDEO_PATH.format(video_key=video_keys[cam], **loc)
-        shapes[cam] = _encode_camera(path, [frames.cameras[cam] for _, _, frames in episodes], fps)
-
     # meta
-    first = episodes[0][2]
     features: dict[str, Any] = {
-        layout.STATE_KEY: {"dtype": "float32", "shape": [dim_s], "names": first.state_names},
-        layout.ACTION_KEY: {"dtype": "float32", "shape": [dim_a], "names": first.action_names},
+        layout.STATE_KEY: {"dtype": "float32", "shape": [dim_s], "names": first_frames.state_names},
+        layout.ACTION_KEY: {"dtype": "float32", "shape": [dim_a], "names": first_frames.action_names},
     }
-    for cam in cameras:
-        h, w = shapes[cam]
-        features[video_keys[cam]] = {
+    for cam, video in videos.items():
+        h, w = video.shape
+        features[layout.IMAGE_PREFIX + cam] = {
             "dtype": "video",
             "shape": [h, w, 3],
             "names": ["height", "width", "channels"],
@@ -338,23 +402,29 @@ def _write(
     info = {
         "codebase_version": layout.CODEBASE_VERSION,
         "robot_type": robot_type,
-        "total_episodes": len(episodes),
+        "total_episodes": len(lengths),
         "total_frames": start,
         "total_tasks": len(tasks),
         "chunks_size": layout.CHUNKS_SIZE,
         "data_files_size_in_mb": layout.DATA_FILES_SIZE_IN_MB,
         "video_files_size_in_mb": layout.VIDEO_FILES_SIZE_IN_MB,
         "fps": fps,
-        "splits": splits,
+        "splits": splits if splits is not None else {"train": f"0:{len(lengths)}"},
         "data_path": layout.DATA_PATH,
         "video_path": layout.VIDEO_PATH,
         "features": features,
     }
     _json(root / layout.INFO_PATH, info)
     _json(root / layout.STATS_PATH, dataset_stats.result())
-    report = ExportReport(out=str(root), episodes=len(episodes), frames=start)
+    report = ExportReport(out=str(root), episodes=len(lengths), frames=start)
     check_export(root, report)
     return report
+
+
+def _vectors(parts: list[np.ndarray], dim: int) -> pa.FixedSizeListArray:
+    """Episodes' (n, dim) float32 rows as one fixed-size-list column."""
+    flat = np.concatenate([p.astype(np.float32, copy=False).reshape(-1) for p in parts])
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat, type=pa.float32()), dim)
 
 
 def _split_ranges(split_of: list[str], n: int) -> dict[str, str]:
@@ -411,29 +481,6 @@ def check_export(root: Path, report: ExportReport) -> None:
         report.checks[f"{key}: pts_is_frame_grid"] = pts_frames == list(range(sum(lengths)))
         report.checks[f"{key}: every_episode_starts_on_keyframe"] = all(s in keyframes for s in starts)
     report.details = {"fps": fps, "lengths": lengths, "videos": per_camera}
-
-
-def _encode_camera(path: Path, episodes: list[np.ndarray], fps: int) -> tuple[int, int]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    h, w = episodes[0].shape[1:3]
-    eh, ew = h - h % 2, w - w % 2  # yuv420p needs even sizes
-    index = 0
-    with av.open(str(path), "w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = ew, eh, "yuv420p"
-        stream.time_base = Fraction(1, fps)
-        stream.options = dict(X264_OPTIONS)
-        for frames in episodes:
-            for i, rgb in enumerate(frames):
-                frame = av.VideoFrame.from_ndarray(
-                    np.ascontiguousarray(rgb[:eh, :ew]), format="rgb24"
-                ).reformat(format="yuv420p")
-                frame.pts, frame.time_base = index, Fraction(1, fps)
-                frame.pict_type = av.video.frame.PictureType.I if i == 0 else av.video.frame.PictureType.NONE
-                container.mux(stream.encode(frame))
-                index += 1
-        container.mux(stream.encode(None))
-    return eh, ew
 
 
 def _write_tasks(tasks: list[str], path: Path) -> None:

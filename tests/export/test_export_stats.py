@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import re
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -106,9 +109,34 @@ def test_episodes_with_other_state_fields_are_refused_before_anything_is_written
         other = dataclasses.replace(second, state_names=names)
         out = tmp_path / "out"
         with pytest.raises(
-            ExportError, match=re.escape("episode 2's observation.state has other fields than episode 1's")
+            ExportError,
+            match=re.escape(
+                "episode 2 cannot join the export: its observation.state has other fields than episode 1's"
+            ),
         ):
             write_lerobot([(1, "pick", first), (2, "pick", other)], out)
         assert not out.exists() and not list(tmp_path.iterdir())
     write_lerobot([(1, "pick", first), (2, "pick", second)], tmp_path / "same")
     assert (tmp_path / "same" / "meta" / "info.json").is_file()
+
+
+def test_an_episode_s_pictures_are_let_go_before_the_next_is_read(tmp_path: Path) -> None:
+    """The export consumes its episodes one at a time: when the third is asked for, nothing holds the first
+    one's pictures any more (an export of a whole dataset held every frame of every camera at once)."""
+    rng = np.random.default_rng(2)
+    held: list[weakref.ref[np.ndarray]] = []
+    alive_when_asked: list[int] = []
+
+    def episodes() -> Iterator[tuple[int, str, EpisodeFrames]]:
+        for i in range(4):
+            gc.collect()
+            alive_when_asked.append(sum(ref() is not None for ref in held))
+            frames = _episode(rng, 6, float(i), 10 * i)
+            held.append(weakref.ref(frames.cameras["front"]))
+            yield i, "pick", frames
+            del frames
+
+    report = write_lerobot(episodes(), tmp_path / "out")
+    assert report.ok and report.episodes == 4
+    # asked for episode k, at most episode k-1 (still the writer's loop variable) is alive
+    assert alive_when_asked == [0, 1, 1, 1], alive_when_asked

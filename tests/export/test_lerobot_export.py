@@ -314,8 +314,9 @@ def test_an_episode_without_an_optional_topic_exports_alone_but_not_beside_one_w
                 add_dataset_episodes(session, version_id, [(e, "train") for e in members])
         with pytest.raises(ExportError) as refused:
             export_dataset_version(world.ctx.engine, "both", "v1", tmp_path / "both")
-        assert f"episode {without}'s action has other fields than episode {full}'s (8 against 16" in str(
-            refused.value
+        assert (
+            f"episode {without} cannot join the export: its action has other fields than episode {full}'s (8 against 16"
+            in str(refused.value)
         )
         assert "joint_commands.data.0" in str(refused.value) and not (tmp_path / "both").exists()
         report = export_dataset_version(world.ctx.engine, "alone", "v1", tmp_path / "alone")
