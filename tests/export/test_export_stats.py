@@ -100,19 +100,25 @@ def test_dataset_quantiles_pool_the_episodes() -> None:
     assert result["frame_index"]["q50"] == _first_reaching(frame_index, 0.5).tolist()
 
 
-def test_episodes_with_other_state_fields_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+def test_episodes_of_another_feature_set_are_refused_and_nothing_is_published(tmp_path: Path) -> None:
     """One LeRobot dataset has one feature set: an episode of another contract (a joint more, or the same
-    fields in another order) would be a column of another meaning at the same index."""
+    fields in another order) would be a column of another meaning at the same index; pictures of another
+    size do not fit the camera's video."""
     rng = np.random.default_rng(1)
     first, second = _episode(rng, 8, 0.0, 10), _episode(rng, 8, 1.0, 20)
-    for names in (["s0", "s1", "s2", "s4"], ["s1", "s0", "s2", "s3"]):
-        other = dataclasses.replace(second, state_names=names)
+    smaller = {"front": second.cameras["front"][:, :20, :30]}
+    for other in (
+        *(
+            dataclasses.replace(second, state_names=n)
+            for n in (["s0", "s1", "s2", "s4"], ["s1", "s0", "s2", "s3"])
+        ),
+        dataclasses.replace(second, cameras=smaller),
+    ):
         out = tmp_path / "out"
         with pytest.raises(
             ExportError,
-            match=re.escape(
-                "episode 2 cannot join the export: its observation.state has other fields than episode 1's"
-            ),
+            match=re.escape("episode 2 cannot join the export: its ")
+            + "(observation.state has other fields than episode 1's|camera front is 30x20, episode 1's 32x24)",
         ):
             write_lerobot([(1, "pick", first), (2, "pick", other)], out)
         assert not out.exists() and not list(tmp_path.iterdir())
