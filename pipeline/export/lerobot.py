@@ -296,7 +296,14 @@ def _write(
     start = 0
     flushed = False
     try:
-        for ep_index, (source_id, task, frames) in enumerate(episodes):
+        # not a for loop: enumerate's tuple and the loop variable would hold the previous episode's
+        # pictures while the next one is read
+        ep_index = 0
+        while (item := next(episodes, None)) is not None:
+            source_id, task, frames = item
+            del item
+            if count is not None and ep_index >= count:
+                raise ExportError(f"{count} splits for more episodes than that")
             if first is None:  # what later episodes must match, without holding its pictures
                 first = (source_id, _features_of(frames))
                 for cam in sorted(frames.cameras):
@@ -343,10 +350,11 @@ def _write(
                     row[f"stats/{feature}/{stat}"] = np.asarray(value).tolist()
             episode_rows.append(row)
             start += n
+            ep_index += 1
+            del frames
         flushed = True
     finally:
-        for video in videos.values():
-            video.close(flush=flushed)
+        _close(videos.values(), flush=flushed)
     if first is None:
         raise ExportError("no robot episode to export")
     if count is not None and count != len(lengths):
@@ -419,6 +427,18 @@ def _write(
     report = ExportReport(out=str(root), episodes=len(lengths), frames=start)
     check_export(root, report)
     return report
+
+
+def _close(videos: Iterable[_CameraVideo], *, flush: bool) -> None:
+    """Close every camera's MP4, all of them even when one fails; the first failure is raised after."""
+    failed: BaseException | None = None
+    for video in videos:
+        try:
+            video.close(flush=flush)
+        except Exception as exc:  # a full disk on the trailer: the other files are closed all the same
+            failed = failed or exc
+    if failed is not None and flush:  # on an error path the error that got us here is the one to see
+        raise failed
 
 
 def _vectors(parts: list[np.ndarray], dim: int) -> pa.FixedSizeListArray:

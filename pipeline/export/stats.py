@@ -85,8 +85,8 @@ class DatasetStats:
 
     def __init__(self) -> None:
         self._episodes: list[Stats] = []
-        # pooled samples for the dataset's quantiles: the values of vector features (the export holds every
-        # frame in memory already), and 256-bin pixel counts per channel for cameras
+        # pooled samples for the dataset's quantiles: the values of vector features (float64, a few per
+        # frame), and 256-bin pixel counts per channel for cameras: no picture is held
         self._values: dict[str, list[np.ndarray]] = {}
         self._pixels: dict[str, np.ndarray] = {}
 

@@ -144,5 +144,23 @@ def test_an_episode_s_pictures_are_let_go_before_the_next_is_read(tmp_path: Path
 
     report = write_lerobot(episodes(), tmp_path / "out")
     assert report.ok and report.episodes == 4
-    # asked for episode k, at most episode k-1 (still the writer's loop variable) is alive
-    assert alive_when_asked == [0, 1, 1, 1], alive_when_asked
+    # asked for episode k, no earlier episode's pictures are alive: not even the one just written
+    assert alive_when_asked == [0, 0, 0, 0], alive_when_asked
+
+
+@pytest.mark.parametrize(
+    ("episodes", "splits", "said"),
+    [
+        (2, ["train"], "1 splits for more episodes than that"),
+        (2, ["train", "val", "val"], "3 splits for 2 episodes"),
+        (3, ["train", "val", "train"], "the episodes of split 'train' are not contiguous"),
+    ],
+)
+def test_splits_that_do_not_fit_the_episodes_are_refused(
+    tmp_path: Path, episodes: int, splits: list[str], said: str
+) -> None:
+    rng = np.random.default_rng(3)
+    frames = [(i, "pick", _episode(rng, 5, float(i), 10)) for i in range(episodes)]
+    with pytest.raises(ExportError, match=re.escape(said)):
+        write_lerobot(frames, tmp_path / "out", splits=splits)
+    assert not list(tmp_path.iterdir())
