@@ -29,6 +29,7 @@ from pipeline.errors import InputError, SluiceError
 from pipeline.export import layout
 from pipeline.export.episode import EpisodeFrames, StreamLayoutError, read_episode
 from pipeline.export.stats import DatasetStats
+from pipeline.media.x264 import X264_DETERMINISTIC_PARAMS, X264_THREADS
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -37,8 +38,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Export encode: CRF 23 veryfast as the transcode default; no B-frames so that decode order is display order.
-X264_OPTIONS = {"crf": "23", "preset": "veryfast", "bf": "0", "forced-idr": "1"}
+#: Export encode: CRF 23 veryfast as the transcode default; no B-frames so that decode order is display order;
+#: one thread and no macroblock tree, so that the same episodes give the same bytes on every run
+#: (:mod:`pipeline.media.x264` says why each is needed).
+X264_OPTIONS = {
+    "crf": "23",
+    "preset": "veryfast",
+    "bf": "0",
+    "forced-idr": "1",
+    "threads": str(X264_THREADS),
+    "x264-params": ":".join(X264_DETERMINISTIC_PARAMS),
+}
 
 
 #: Splits in the order the export writes their episodes.
