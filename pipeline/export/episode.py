@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING, Any
 import av
 import numpy as np
 
+from pipeline.config.contract import StampSource
 from pipeline.enums import ReasonCode
 from pipeline.errors import InputError
+from pipeline.families.series import is_number
 from pipeline.families.table import series_family
 from pipeline.mcaplog import McapInputError, decode_json, iter_messages
 from pipeline.mcaplog.exceptions import DecodeError
@@ -125,7 +127,7 @@ def read_episode(path: Path, vendor: VendorConfig) -> EpisodeFrames:
     cameras = _cameras(path.name, channels, schemas, contract, is_transcoded)
     if resampled:
         read = [t for topics in roles.values() for t in topics]
-        streams = {t: _resampled(path, channels[transcoded.resampled_topic(t)], schemas) for t in read}
+        streams = _resampled(path, [channels[transcoded.resampled_topic(t)] for t in read], schemas)
     else:
         streams = _native(path, vendor)
     optional = {s.topic for s in specs if not s.required}
@@ -136,9 +138,13 @@ def read_episode(path: Path, vendor: VendorConfig) -> EpisodeFrames:
             ReasonCode.MISSING_REQUIRED_TOPIC.value,
             f"{path.name}: no state or action messages on {', '.join(empty) or 'any topic of a role'}",
         )
-    # a transcoded camera's payload stamp is the truth stamp already; a raw one's follows the vendor's truth
-    clock = "payload" if is_transcoded else vendor.timestamps.truth.value
-    decoded = {name: _decode_camera(path, topic, clock) for name, topic in cameras.items()}
+    # a transcoded camera's payload timestamp is the truth stamp already; a raw one's follows the contract
+    stamp_fields: dict[str, str | None] = {c.topic: c.stamp_field for c in contract.cameras}
+    truth = vendor.timestamps.truth
+    if is_transcoded:
+        truth, stamp_fields = StampSource.HARDWARE, dict.fromkeys(cameras.values(), "timestamp")
+    by_topic = _decode_cameras(path, {t: stamp_fields.get(t) for t in cameras.values()}, truth)
+    decoded = {name: by_topic[topic] for name, topic in cameras.items()}
     grid_ns = next(iter(decoded.values()))[0]
     fps = _fps(path.name, grid_ns)
     # frames before every state and action stream has begun have no value at or before them: left out
@@ -223,66 +229,79 @@ def _cameras(
     return found
 
 
-def _decode_camera(path: Path, topic: str, clock: str) -> tuple[np.ndarray, np.ndarray]:
-    """The camera's frames in stamp order, each with its message's stamp: the payload's ``timestamp``
-    (``clock`` payload or hardware; the log time where it is zero), or the MCAP log or publish time."""
+class _CameraDecode:
+    """One camera's pictures as its messages come, each with its message's index (decode order is not
+    display order with B-frames: the decoder hands pictures back by ``pts``, the index)."""
+
+    def __init__(self, name: str, topic: str) -> None:
+        self.where = f"{name} {topic}"
+        self.decoder: Any = None  # a VideoCodecContext, made for the first message's format
+        self.stamps: list[int] = []
+        self.images: list[tuple[int, np.ndarray]] = []
+
+    def add(self, data: bytes, stamp: int, video_format: str) -> None:
+        if self.decoder is None:
+            if video_format not in DECODERS:
+                raise InputError(
+                    ReasonCode.UNSUPPORTED_ENCODING.value,
+                    f"{self.where}: video format {video_format!r}; the export decodes {', '.join(DECODERS)}",
+                )
+            self.decoder = av.CodecContext.create(DECODERS[video_format], "r")
+        self.stamps.append(stamp)
+        packet = av.Packet(data)
+        packet.pts = len(self.stamps) - 1
+        self._take(packet)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.decoder is not None:
+            self._take(None)
+        kept = [
+            (self.stamps[pts], im)
+            for pts, im in self.images
+            if pts is not None and 0 <= pts < len(self.stamps)
+        ]
+        if not kept:
+            raise InputError(ReasonCode.TOO_FEW_FRAMES.value, f"{self.where}: no frame decodes")
+        kept.sort(key=lambda pair: pair[0])
+        return np.asarray([k[0] for k in kept], dtype=np.int64), np.stack([k[1] for k in kept])
+
+    def _take(self, packet: av.Packet | None) -> None:
+        try:
+            self.images += [(f.pts, f.to_ndarray(format="rgb24")) for f in self.decoder.decode(packet)]
+        except av.FFmpegError as exc:
+            raise InputError(ReasonCode.DECODE_ERROR.value, f"{self.where}: {exc}") from None
+
+
+def _decode_cameras(
+    path: Path, stamp_fields: Mapping[str, str | None], truth: StampSource
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Topic -> (stamps, pictures in stamp order) of every camera, in one pass over the log; a message's
+    stamp is its truth stamp as the transcode takes it (:func:`~pipeline.transcode.source.truth_stamp`)."""
     from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
     from google.protobuf.message import DecodeError as ProtobufDecodeError
 
-    decoder: Any = None  # a VideoCodecContext, made for the first message's format
-    stamps: list[int] = []
-    images: list[tuple[int, np.ndarray]] = []  # (message index, picture): decode order is not display order
-    for _schema, _channel, message in iter_messages(path, [topic]):
+    from pipeline.transcode.source import truth_stamp
+
+    cameras = {topic: _CameraDecode(path.name, topic) for topic in stamp_fields}
+    for _schema, channel, message in iter_messages(path, list(stamp_fields)):
+        camera = cameras[channel.topic]
         try:
             msg = CompressedVideo.FromString(message.data)
         except ProtobufDecodeError as exc:
             raise InputError(
-                ReasonCode.DECODE_ERROR.value, f"{path.name} {topic}: message {len(stamps)}: {exc}"
+                ReasonCode.DECODE_ERROR.value, f"{camera.where}: message {len(camera.stamps)}: {exc}"
             ) from None
-        if decoder is None:
-            if msg.format not in DECODERS:
-                raise InputError(
-                    ReasonCode.UNSUPPORTED_ENCODING.value,
-                    f"{path.name} {topic}: video format {msg.format!r}; the export decodes {', '.join(DECODERS)}",
-                )
-            decoder = av.CodecContext.create(DECODERS[msg.format], "r")
-        if clock == "log_time":
-            stamp = message.log_time
-        elif clock == "publish_time":
-            stamp = message.publish_time
-        else:
-            stamp = msg.timestamp.seconds * 1_000_000_000 + msg.timestamp.nanos or message.log_time
-        stamps.append(stamp)
-        packet = av.Packet(msg.data)
-        packet.pts = len(stamps) - 1
-        try:
-            images += [(f.pts, f.to_ndarray(format="rgb24")) for f in decoder.decode(packet)]
-        except av.FFmpegError as exc:
-            raise InputError(ReasonCode.DECODE_ERROR.value, f"{path.name} {topic}: {exc}") from None
-    if decoder is not None:
-        images += [(f.pts, f.to_ndarray(format="rgb24")) for f in decoder.decode(None)]
-    kept = [(stamps[pts], image) for pts, image in images if pts is not None and 0 <= pts < len(stamps)]
-    if not kept:
-        raise InputError(ReasonCode.TOO_FEW_FRAMES.value, f"{path.name}: no frame decodes on {topic}")
-    order = sorted(range(len(kept)), key=lambda i: kept[i][0])
-    return (
-        np.asarray([kept[i][0] for i in order], dtype=np.int64),
-        np.stack([kept[i][1] for i in order]),
-    )
+        stamp = truth_stamp(truth, stamp_fields[channel.topic], msg, message, channel.topic)
+        camera.add(msg.data, stamp, msg.format)
+    return {topic: camera.result() for topic, camera in cameras.items()}
 
 
-def _resampled(path: Path, channel: Channel, schemas: Mapping[int, Schema]) -> _Stream:
-    """A transcoded episode's resampled stream: JSON records at the grid instants (their MCAP log time)."""
-    source_topic = channel.metadata.get(transcoded.SOURCE_TOPIC_KEY, channel.topic)
-    interpolated = json.loads(channel.metadata.get(transcoded.INTERPOLATION_KEY, "{}"))
-    entries = (
-        json.loads(channel.metadata[transcoded.NAMES_KEY])
-        if transcoded.NAMES_KEY in channel.metadata
-        else None
-    )
-    schema = schemas[channel.schema_id].name if channel.schema_id in schemas else ""
-    stamps, records = [], []
-    for _schema, _channel, message in iter_messages(path, [channel.topic]):
+def _resampled(path: Path, channels: Sequence[Channel], schemas: Mapping[int, Schema]) -> dict[str, _Stream]:
+    """A transcoded episode's resampled streams, by source topic, in one pass: JSON records at the grid
+    instants (their MCAP log time)."""
+    read: dict[str, tuple[list[int], list[Any]]] = {c.topic: ([], []) for c in channels}
+    for _schema, channel, message in iter_messages(path, list(read)):
+        stamps, records = read[channel.topic]
         stamps.append(message.log_time)
         try:
             records.append(decode_json(message.data))
@@ -290,9 +309,20 @@ def _resampled(path: Path, channel: Channel, schemas: Mapping[int, Schema]) -> _
             raise InputError(
                 ReasonCode.DECODE_ERROR.value, f"{path.name} {channel.topic}: record {len(records)}: {exc}"
             ) from None
-    fields = [f for f in records[0] if f in interpolated and f not in STAMP_KEYS] if records else []
-    axes = _axes(schema.removeprefix(transcoded.RESAMPLED_SCHEMA_PREFIX))
-    return _flatten(path.name, source_topic, stamps, records, fields, entries, axes)
+    out = {}
+    for channel in channels:
+        source_topic = channel.metadata.get(transcoded.SOURCE_TOPIC_KEY, channel.topic)
+        interpolated = json.loads(channel.metadata.get(transcoded.INTERPOLATION_KEY, "{}"))
+        names = channel.metadata.get(transcoded.NAMES_KEY)
+        schema = schemas[channel.schema_id].name if channel.schema_id in schemas else ""
+        stamps, records = read[channel.topic]
+        first = records[0] if records and isinstance(records[0], Mapping) else {}
+        fields = [f for f in first if f in interpolated and f not in STAMP_KEYS]
+        axes = _axes(schema.removeprefix(transcoded.RESAMPLED_SCHEMA_PREFIX))
+        out[source_topic] = _flatten(
+            path.name, source_topic, stamps, records, fields, json.loads(names) if names else None, axes
+        )
+    return out
 
 
 def _native(path: Path, vendor: VendorConfig) -> dict[str, _Stream]:
@@ -351,9 +381,9 @@ def _flatten(
     kept: list[str] = []
     for field in fields:
         value = records[0][field]
-        if _is_number(value):
+        if is_number(value):
             names.append(f"{leaf}.{field}")
-        elif isinstance(value, list) and value and all(_is_number(x) for x in value):
+        elif isinstance(value, list) and value and all(is_number(x) for x in value):
             if entries is not None and len(entries) == len(value):
                 names += [f"{entry}.{field}" for entry in entries]
             elif len(axes.get(field, ())) == len(value):
@@ -375,7 +405,7 @@ def _flatten(
         for field in kept:
             value = record.get(field)
             row += value if isinstance(value, list) else [value]
-        if len(row) != len(names) or not all(_is_number(x) for x in row):
+        if len(row) != len(names) or not all(is_number(x) for x in row):
             raise StreamLayoutError(
                 ReasonCode.SCHEMA_DRIFT.value,
                 f"{name}: {topic} message {i} holds other numbers than the first ({', '.join(kept)})",
@@ -398,10 +428,6 @@ def _flatten(
         )
     order = np.argsort(np.asarray(stamps, dtype=np.int64), kind="stable")
     return _Stream(topic, np.asarray(stamps, dtype=np.int64)[order], values[order], names)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _on_grid(streams: Sequence[_Stream], at_ns: np.ndarray) -> tuple[np.ndarray, list[str]]:

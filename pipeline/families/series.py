@@ -28,7 +28,8 @@ _MISSING = object()
 MAX_FIELD_DEPTH = 4
 
 
-def _number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A JSON or decoded number: int or float, never a bool."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -46,7 +47,7 @@ def _plain(value: Any) -> Any:
 
 def _numeric(value: Any) -> bool:
     value = _plain(value)
-    return _number(value) or (isinstance(value, list) and all(_number(v) for v in value))
+    return is_number(value) or (isinstance(value, list) and all(is_number(v) for v in value))
 
 
 def _children(obj: Any) -> list[tuple[str, Any]]:
@@ -146,7 +147,7 @@ class SeriesReader:
             if isinstance(value, list) and not value:
                 return _MISSING  # ROS leaves a vector empty when it is not measured
             return value
-        if any(v is _MISSING or not _number(v) for v in values):
+        if any(v is _MISSING or not is_number(v) for v in values):
             raise MessageFamilyError(
                 ReasonCode.SCHEMA_DRIFT,
                 f"{self.topic}: message {index} lacks a number at one of {', '.join(pick.paths)}",

@@ -97,7 +97,7 @@ class SourceEpisode:
     names: dict[str, list[str]] = field(default_factory=dict)  # series topic -> its vectors' entry names
 
 
-def _truth_stamp(
+def truth_stamp(
     truth: StampSource, stamp_field: str | None, decoded: Any, message: Message, topic: str
 ) -> int:
     """The message's stamp on the episode's clock: the payload's stamp under ``hardware`` truth (its log
@@ -406,7 +406,7 @@ class _Reader:
         if camera.family is None:
             camera.family = _camera_family(schema, channel.topic)
         decoded = self.decoders.decode(schema, channel, message)
-        stamp = _truth_stamp(self.truth, camera.spec.stamp_field, decoded, message, channel.topic)
+        stamp = truth_stamp(self.truth, camera.spec.stamp_field, decoded, message, channel.topic)
         camera.add(schema, decoded, stamp)
 
     def _other(self, schema: Schema | None, channel: Channel, message: Message) -> None:
@@ -430,7 +430,7 @@ class _Reader:
         decoded = self.decoders.decode(schema, channel, message)
         stamps, records = self.series_data[topic]
         records.append(reader.record(decoded, len(records)))
-        stamps.append(_truth_stamp(self.truth, spec.stamp_field, decoded, message, topic))
+        stamps.append(truth_stamp(self.truth, spec.stamp_field, decoded, message, topic))
 
     def _series(self, specs: Sequence[SeriesSpec]) -> list[Series]:
         out = []
