@@ -19,8 +19,9 @@ native streams, decoded with the same readers; either way a field of the vector 
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,8 @@ from pipeline.families.table import series_family
 from pipeline.mcaplog import McapInputError, decode_json, iter_messages
 from pipeline.mcaplog.exceptions import DecodeError
 from pipeline.transcode import layout as transcoded
+from pipeline.transcode.bitstream import unit_letter
+from pipeline.transcode.h264 import KEY_LETTERS
 from pipeline.transcode.profiles import DECODERS  # CompressedVideo format -> FFmpeg decoder
 
 if TYPE_CHECKING:
@@ -49,9 +52,17 @@ VIDEO_SCHEMA = "foxglove.CompressedVideo"
 STAMP_KEYS = frozenset({transcoded.RESAMPLED_STAMP_KEY, transcoded.RESAMPLED_TIME_KEY})
 
 
+#: ``(camera, (h, w, 3) uint8 RGB picture)``: each camera's frames in grid order, the cameras interleaved
+Pictures = Callable[[], Iterator[tuple[str, np.ndarray]]]
+
+
 @dataclass(frozen=True)
 class EpisodeFrames:
-    cameras: dict[str, np.ndarray]  # camera -> (n, h, w, 3) uint8
+    """An episode on its frame grid. Its pictures are not held: :attr:`pictures` decodes them as they are
+    taken, so that an episode of any length exports in the memory of a few pictures per camera."""
+
+    sizes: dict[str, tuple[int, int]]  # camera -> (height, width) of its pictures, in contract order
+    pictures: Pictures  # every camera's ``length`` frames, read again from the log on each call
     state: np.ndarray  # (n, d) float32
     action: np.ndarray  # (n, d) float32
     fps: int
@@ -143,31 +154,27 @@ def read_episode(path: Path, vendor: VendorConfig) -> EpisodeFrames:
     truth = vendor.timestamps.truth
     if is_transcoded:
         truth, stamp_fields = StampSource.HARDWARE, dict.fromkeys(cameras.values(), "timestamp")
-    by_topic = _decode_cameras(path, {t: stamp_fields.get(t) for t in cameras.values()}, truth)
-    decoded = {name: by_topic[topic] for name, topic in cameras.items()}
-    grid_ns = next(iter(decoded.values()))[0]
-    fps = _fps(path.name, grid_ns)
+    names = {topic: name for name, topic in cameras.items()}
+    fields = {t: stamp_fields.get(t) for t in cameras.values()}
+    plans = _camera_plans(path, fields, truth, names)
+    grid_stamps = plans[cameras[next(iter(cameras))]].ordered_stamps
+    fps = _fps(path.name, grid_stamps)
     # frames before every state and action stream has begun have no value at or before them: left out
     begun = max(int(streams[t].stamps_ns[0]) for topics in roles.values() for t in topics)
-    grid_ns = grid_ns[grid_ns >= begun]
+    grid_ns = grid_stamps[grid_stamps >= begun]
     if len(grid_ns) < 2:
         raise InputError(
             ReasonCode.TOO_FEW_FRAMES.value,
             f"{path.name}: fewer than 2 camera frames from {begun} ns, where every state and action stream "
             "has begun",
         )
-    frames = {}
-    for name, (stamps, images) in decoded.items():
-        nearest = np.clip(np.searchsorted(stamps, grid_ns), 0, len(stamps) - 1)
-        earlier = np.clip(nearest - 1, 0, len(stamps) - 1)
-        pick = np.where(
-            np.abs(stamps[earlier] - grid_ns) <= np.abs(stamps[nearest] - grid_ns), earlier, nearest
-        )
-        frames[name] = images[pick]
+    for plan in plans.values():
+        plan.pick(grid_ns)
     state, state_names = _on_grid([streams[t] for t in roles["state"]], grid_ns)
     action, action_names = _on_grid([streams[t] for t in roles["action"]], grid_ns)
     return EpisodeFrames(
-        cameras=frames,
+        sizes={names[topic]: plans[topic].size for topic in cameras.values()},
+        pictures=functools.partial(_pictures, path, fields, truth, {names[t]: p for t, p in plans.items()}),
         state=state,
         action=action,
         fps=fps,
@@ -229,71 +236,183 @@ def _cameras(
     return found
 
 
-class _CameraDecode:
-    """One camera's pictures as its messages come, each with its message's index (decode order is not
-    display order with B-frames: the decoder hands pictures back by ``pts``, the index)."""
+class _CameraPlan:
+    """One camera's messages, read once without decoding a picture (their stamps, the first picture a
+    decoder can start at, the picture size), then which message each frame of the grid shows."""
 
     def __init__(self, name: str, topic: str) -> None:
         self.where = f"{name} {topic}"
-        self.decoder: Any = None  # a VideoCodecContext, made for the first message's format
-        self.stamps: list[int] = []
-        self.images: list[tuple[int, np.ndarray]] = []
+        self.topic = topic
+        self.format = ""
+        self.stamps: list[int] = []  # of every message, in log order
+        self.first_key: int | None = None  # the first message a decoder can start at
+        self.size: tuple[int, int] = (0, 0)  # (height, width) of its pictures
+        self.need = np.empty(0, dtype=np.int64)  # grid frame -> message index
 
     def add(self, data: bytes, stamp: int, video_format: str) -> None:
-        if self.decoder is None:
-            if video_format not in DECODERS:
-                raise InputError(
-                    ReasonCode.UNSUPPORTED_ENCODING.value,
-                    f"{self.where}: video format {video_format!r}; the export decodes {', '.join(DECODERS)}",
-                )
-            self.decoder = av.CodecContext.create(DECODERS[video_format], "r")
+        index = len(self.stamps)
         self.stamps.append(stamp)
-        packet = av.Packet(data)
-        packet.pts = len(self.stamps) - 1
-        self._take(packet)
-
-    def result(self) -> tuple[np.ndarray, np.ndarray]:
-        if self.decoder is not None:
-            self._take(None)
-        kept = [
-            (self.stamps[pts], im)
-            for pts, im in self.images
-            if pts is not None and 0 <= pts < len(self.stamps)
-        ]
-        if not kept:
-            raise InputError(ReasonCode.TOO_FEW_FRAMES.value, f"{self.where}: no frame decodes")
-        kept.sort(key=lambda pair: pair[0])
-        return np.asarray([k[0] for k in kept], dtype=np.int64), np.stack([k[1] for k in kept])
-
-    def _take(self, packet: av.Packet | None) -> None:
+        if self.first_key is not None:
+            return
+        if video_format not in DECODERS:
+            raise InputError(
+                ReasonCode.UNSUPPORTED_ENCODING.value,
+                f"{self.where}: video format {video_format!r}; the export decodes {', '.join(DECODERS)}",
+            )
         try:
-            self.images += [(f.pts, f.to_ndarray(format="rgb24")) for f in self.decoder.decode(packet)]
-        except av.FFmpegError as exc:
-            raise InputError(ReasonCode.DECODE_ERROR.value, f"{self.where}: {exc}") from None
+            key = unit_letter(video_format, data) in KEY_LETTERS
+        except Exception as exc:  # a bitstream the parser cannot read: the decoder would not either
+            raise InputError(ReasonCode.DECODE_ERROR.value, f"{self.where}: message {index}: {exc}") from None
+        if key:  # the picture size, from the one picture decoded here
+            decoder = _decoder(video_format)
+            pictures = _decode(decoder, av.Packet(data), self.where) + _decode(decoder, None, self.where)
+            if not pictures:
+                raise InputError(
+                    ReasonCode.DECODE_ERROR.value, f"{self.where}: keyframe {index} decodes to no picture"
+                )
+            self.first_key, self.format = index, video_format
+            self.size = (pictures[0].height, pictures[0].width)
+
+    @property
+    def ordered_stamps(self) -> np.ndarray:
+        """The stamps of the messages a decoder reaches (from the first keyframe on), ascending."""
+        return np.sort(np.asarray(self.stamps[self.first_key or 0 :], dtype=np.int64), kind="stable")
+
+    def pick(self, grid_ns: np.ndarray) -> None:
+        """Each grid instant's picture: the message nearest in time (the earlier one on a tie)."""
+        first = self.first_key or 0
+        stamps = np.asarray(self.stamps[first:], dtype=np.int64)
+        order = np.argsort(stamps, kind="stable")
+        ordered = stamps[order]
+        nearest = np.clip(np.searchsorted(ordered, grid_ns), 0, len(ordered) - 1)
+        earlier = np.clip(nearest - 1, 0, len(ordered) - 1)
+        at = np.where(
+            np.abs(ordered[earlier] - grid_ns) <= np.abs(ordered[nearest] - grid_ns), earlier, nearest
+        )
+        self.need = order[at] + first
 
 
-def _decode_cameras(
-    path: Path, stamp_fields: Mapping[str, str | None], truth: StampSource
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Topic -> (stamps, pictures in stamp order) of every camera, in one pass over the log; a message's
-    stamp is its truth stamp as the transcode takes it (:func:`~pipeline.transcode.source.truth_stamp`)."""
+def _decoder(video_format: str) -> Any:
+    return av.CodecContext.create(DECODERS[video_format], "r")
+
+
+def _decode(decoder: Any, packet: av.Packet | None, where: str) -> list[av.VideoFrame]:
+    try:
+        return list(decoder.decode(packet))
+    except av.FFmpegError as exc:
+        raise InputError(ReasonCode.DECODE_ERROR.value, f"{where}: {exc}") from None
+
+
+def _camera_messages(
+    path: Path, stamp_fields: Mapping[str, str | None], truth: StampSource, where: Mapping[str, str]
+) -> Iterator[tuple[str, Any, int]]:
+    """``(topic, CompressedVideo, truth stamp)`` of every camera message in log order; a message's stamp is
+    its truth stamp as the transcode takes it (:func:`~pipeline.transcode.source.truth_stamp`)."""
     from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
     from google.protobuf.message import DecodeError as ProtobufDecodeError
 
     from pipeline.transcode.source import truth_stamp
 
-    cameras = {topic: _CameraDecode(path.name, topic) for topic in stamp_fields}
+    counts = dict.fromkeys(stamp_fields, 0)
     for _schema, channel, message in iter_messages(path, list(stamp_fields)):
-        camera = cameras[channel.topic]
+        topic = channel.topic
         try:
             msg = CompressedVideo.FromString(message.data)
         except ProtobufDecodeError as exc:
             raise InputError(
-                ReasonCode.DECODE_ERROR.value, f"{camera.where}: message {len(camera.stamps)}: {exc}"
+                ReasonCode.DECODE_ERROR.value, f"{where[topic]}: message {counts[topic]}: {exc}"
             ) from None
-        stamp = truth_stamp(truth, stamp_fields[channel.topic], msg, message, channel.topic)
-        camera.add(msg.data, stamp, msg.format)
-    return {topic: camera.result() for topic, camera in cameras.items()}
+        counts[topic] += 1
+        yield topic, msg, truth_stamp(truth, stamp_fields[topic], msg, message, topic)
+
+
+def _camera_plans(
+    path: Path, stamp_fields: Mapping[str, str | None], truth: StampSource, names: Mapping[str, str]
+) -> dict[str, _CameraPlan]:
+    """Topic -> plan of every camera, in one pass over the log that decodes one picture per camera."""
+    plans = {topic: _CameraPlan(names[topic], topic) for topic in stamp_fields}
+    where = {topic: plan.where for topic, plan in plans.items()}
+    for topic, msg, stamp in _camera_messages(path, stamp_fields, truth, where):
+        plans[topic].add(msg.data, stamp, msg.format)
+    for plan in plans.values():
+        if plan.first_key is None:
+            raise InputError(
+                ReasonCode.TOO_FEW_FRAMES.value,
+                f"{plan.where}: none of its {len(plan.stamps)} messages is a keyframe a decoder can start at",
+            )
+    return plans
+
+
+def _pictures(
+    path: Path, stamp_fields: Mapping[str, str | None], truth: StampSource, plans: Mapping[str, _CameraPlan]
+) -> Iterator[tuple[str, np.ndarray]]:
+    """Every camera's grid frames as ``(camera, (h, w, 3) uint8 RGB)``, each camera's in grid order, the
+    cameras' interleaved as the log holds them: one pass over the log, decoding as it goes; a picture is
+    held only until its grid frames are out (with B-frames the decoder hands pictures back in display
+    order, by ``pts``: the message index)."""
+    cameras = [_Emitter(camera, plan) for camera, plan in plans.items()]
+    by_topic = {e.plan.topic: e for e in cameras}
+    where = {e.plan.topic: e.plan.where for e in cameras}
+    for topic, msg, _stamp in _camera_messages(path, stamp_fields, truth, where):
+        emitter = by_topic[topic]
+        yield from emitter.feed(msg.data)
+        if all(e.done for e in cameras):
+            break
+    for emitter in cameras:
+        yield from emitter.finish()
+
+
+class _Emitter:
+    """One camera's decoder in :func:`_pictures`: messages in, grid frames out in grid order."""
+
+    def __init__(self, camera: str, plan: _CameraPlan) -> None:
+        self.camera, self.plan = camera, plan
+        self.decoder = _decoder(plan.format)
+        self.index = 0  # of the next message
+        self.next = 0  # the next grid frame to hand out
+        self.last_use = {int(m): g for g, m in enumerate(plan.need)}  # message -> its last grid frame
+        self.held: dict[int, np.ndarray] = {}
+
+    @property
+    def done(self) -> bool:
+        return self.next == len(self.plan.need)
+
+    def feed(self, data: bytes) -> Iterator[tuple[str, np.ndarray]]:
+        index = self.index
+        self.index += 1
+        if index < (self.plan.first_key or 0) or self.done:
+            return iter(())
+        packet = av.Packet(data)
+        packet.pts = index
+        return self._take(_decode(self.decoder, packet, self.plan.where))
+
+    def finish(self) -> Iterator[tuple[str, np.ndarray]]:
+        if not self.done:
+            yield from self._take(_decode(self.decoder, None, self.plan.where))
+        if not self.done:
+            message = int(self.plan.need[self.next])
+            raise InputError(
+                ReasonCode.DECODE_ERROR.value,
+                f"{self.plan.where}: message {message} (frame {self.next} of the export) decodes to no picture",
+            )
+
+    def _take(self, decoded: list[av.VideoFrame]) -> Iterator[tuple[str, np.ndarray]]:
+        for frame in decoded:
+            if frame.pts is None or frame.pts not in self.last_use:
+                continue
+            if (frame.height, frame.width) != self.plan.size:
+                raise InputError(
+                    ReasonCode.DECODE_ERROR.value,
+                    f"{self.plan.where}: message {frame.pts} is {frame.width}x{frame.height}, the camera's "
+                    f"first keyframe {self.plan.size[1]}x{self.plan.size[0]}",
+                )
+            self.held[frame.pts] = frame.to_ndarray(format="rgb24")
+        while not self.done and (message := int(self.plan.need[self.next])) in self.held:
+            picture = self.held[message]
+            if self.last_use[message] == self.next:
+                del self.held[message]
+            self.next += 1
+            yield self.camera, picture
 
 
 def _resampled(path: Path, channels: Sequence[Channel], schemas: Mapping[int, Schema]) -> dict[str, _Stream]:
@@ -326,13 +445,13 @@ def _resampled(path: Path, channels: Sequence[Channel], schemas: Mapping[int, Sc
 
 
 def _native(path: Path, vendor: VendorConfig) -> dict[str, _Stream]:
-    """A raw log's state and action streams, read and decoded as the transcode reads them (the contract's
-    cameras left out: the export decodes those itself)."""
+    """A raw log's state and action streams, read and decoded as the transcode reads them: their messages
+    alone (the contract's cameras left out: the export decodes those itself)."""
     from pipeline.transcode.source import read_source
 
     assert vendor.topics is not None
     contract = vendor.topics.model_copy(update={"cameras": ()})
-    episode = read_source(path, contract, vendor.timestamps.truth)
+    episode = read_source(path, contract, vendor.timestamps.truth, native=False)
     out = {}
     for series in (*episode.state, *episode.actions):
         schema = episode.schemas.get(series.topic)

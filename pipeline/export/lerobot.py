@@ -8,7 +8,9 @@ The export is written to a staging folder beside ``out`` and renamed into place 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -27,8 +29,8 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import InputError, SluiceError
 from pipeline.export import layout
-from pipeline.export.episode import EpisodeFrames, StreamLayoutError, read_episode
-from pipeline.export.stats import DatasetStats
+from pipeline.export.episode import EpisodeFrames, Pictures, StreamLayoutError, read_episode
+from pipeline.export.stats import DatasetStats, downsample, sample_indices
 from pipeline.media.x264 import X264_DETERMINISTIC_PARAMS, X264_THREADS
 
 if TYPE_CHECKING:
@@ -131,12 +133,13 @@ def export_dataset_version(
         {"episode_id": e, "why": VIDEO_RULE} for e in episode_ids if refs[e].kind is not SourceKind.MCAP
     ]
 
-    def read(episode_id: int) -> EpisodeFrames:
+    @contextlib.contextmanager
+    def named(episode_id: int) -> Iterator[None]:
+        """The episode's errors as export errors naming it: on reading it, and on decoding its pictures."""
         ref = refs[episode_id]
         where = f"episode {episode_id} of {name}@{version} (vendor {ref.vendor})"
         try:
-            with local_file(ref.uri) as path:
-                return read_episode(path, vendors[ref.vendor])
+            yield
         except StreamLayoutError as exc:  # not what the vendor's contract says, or no camera it decodes
             raise ExportError(f"{where} cannot be exported: {exc.detail}") from exc
         except InputError as exc:  # content that does not decode
@@ -147,9 +150,30 @@ def export_dataset_version(
                 "`sluice scrub` lists every damaged object"
             ) from exc
 
-    # one episode read at a time, and written before the next is read: memory is bound by an episode
+    def pictures(episode_id: int, decode: Pictures) -> Iterator[tuple[str, np.ndarray]]:
+        with named(episode_id):
+            yield from decode()
+
+    def episodes() -> Iterator[tuple[int, str, EpisodeFrames]]:
+        """One episode at a time, its file at hand (a download, from an object store) until the writer asks
+        for the next one: the writer encodes its pictures as they are decoded."""
+        for e in robot:
+            ref = refs[e]
+            with contextlib.ExitStack() as held:
+                with named(e):
+                    path = held.enter_context(local_file(ref.uri))
+                    frames = read_episode(path, vendors[ref.vendor])
+                yield (
+                    e,
+                    ref.task or "",
+                    dataclasses.replace(frames, pictures=functools.partial(pictures, e, frames.pictures)),
+                )
+                del frames
+
+    # one episode read at a time, and written before the next is read: memory is bound by an episode's
+    # state and action (its pictures are never all held)
     report = write_lerobot(
-        ((e, refs[e].task or "", read(e)) for e in robot),
+        episodes(),
         out,
         robot_type=robot_type,
         splits=[split_of_episode[e] or "train" for e in robot],
@@ -233,16 +257,16 @@ class _CameraVideo:
         self._stream.options = dict(X264_OPTIONS)
         self._index = 0
 
-    def add(self, frames: np.ndarray) -> None:
+    def add(self, rgb: np.ndarray, *, first: bool) -> None:
+        """One frame; ``first``: an episode's first, made an IDR."""
         eh, ew = self.shape
-        for i, rgb in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[:eh, :ew]), format="rgb24").reformat(
-                format="yuv420p"
-            )
-            frame.pts, frame.time_base = self._index, Fraction(1, self.fps)
-            frame.pict_type = av.video.frame.PictureType.I if i == 0 else av.video.frame.PictureType.NONE
-            self._container.mux(self._stream.encode(frame))
-            self._index += 1
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[:eh, :ew]), format="rgb24").reformat(
+            format="yuv420p"
+        )
+        frame.pts, frame.time_base = self._index, Fraction(1, self.fps)
+        frame.pict_type = av.video.frame.PictureType.I if first else av.video.frame.PictureType.NONE
+        self._container.mux(self._stream.encode(frame))
+        self._index += 1
 
     def close(self, *, flush: bool) -> None:
         if flush:
@@ -254,7 +278,7 @@ def _features_of(frames: EpisodeFrames) -> EpisodeFrames:
     """``frames`` without its frames: fps, names and each camera's picture size (zero frames of it)."""
     return dataclasses.replace(
         frames,
-        cameras={c: np.empty((0, *a.shape[1:]), a.dtype) for c, a in frames.cameras.items()},
+        pictures=lambda: iter(()),
         state=np.empty((0, frames.state.shape[1]), frames.state.dtype),
         action=np.empty((0, frames.action.shape[1]), frames.action.dtype),
     )
@@ -266,14 +290,11 @@ def _differs(first_id: int, first: EpisodeFrames, source_id: int, frames: Episod
         return (
             f"its frame rate is {frames.fps} fps, episode {first_id}'s {first.fps}; one dataset has one fps"
         )
-    if sorted(frames.cameras) != sorted(first.cameras):
-        return f"it has cameras {sorted(frames.cameras)}, episode {first_id} has {sorted(first.cameras)}"
-    for cam, images in frames.cameras.items():
-        if images.shape[1:] != first.cameras[cam].shape[1:]:
-            return (
-                f"its camera {cam} is {images.shape[2]}x{images.shape[1]}, episode {first_id}'s "
-                f"{first.cameras[cam].shape[2]}x{first.cameras[cam].shape[1]}"
-            )
+    if sorted(frames.sizes) != sorted(first.sizes):
+        return f"it has cameras {sorted(frames.sizes)}, episode {first_id} has {sorted(first.sizes)}"
+    for cam, (h, w) in frames.sizes.items():
+        if (h, w) != first.sizes[cam]:
+            return f"its camera {cam} is {w}x{h}, episode {first_id}'s {first.sizes[cam][1]}x{first.sizes[cam][0]}"
     for key, names, want in (
         (layout.STATE_KEY, frames.state_names, first.state_names),
         (layout.ACTION_KEY, frames.action_names, first.action_names),
@@ -316,9 +337,9 @@ def _write(
                 raise ExportError(f"{count} splits for more episodes than that")
             if first is None:  # what later episodes must match, without holding its pictures
                 first = (source_id, _features_of(frames))
-                for cam in sorted(frames.cameras):
+                for cam in sorted(frames.sizes):
                     key = layout.IMAGE_PREFIX + cam
-                    h, w = frames.cameras[cam].shape[1:3]
+                    h, w = frames.sizes[cam]
                     path = root / layout.VIDEO_PATH.format(video_key=key, **loc)
                     videos[cam] = _CameraVideo(path, frames.fps, h, w)
             else:
@@ -334,9 +355,7 @@ def _write(
             action.append(frames.action)
             lengths.append(n)
             episode_tasks.append(task)
-            stats = dataset_stats.add(frames)
-            for cam, video in videos.items():
-                video.add(frames.cameras[cam])
+            stats = dataset_stats.add(frames, _encode(frames, videos, source_id))
             row: dict[str, Any] = {
                 "episode_index": ep_index,
                 "tasks": [task],
@@ -437,6 +456,32 @@ def _write(
     report = ExportReport(out=str(root), episodes=len(lengths), frames=start)
     check_export(root, report)
     return report
+
+
+def _encode(frames: EpisodeFrames, videos: dict[str, _CameraVideo], source_id: int) -> dict[str, np.ndarray]:
+    """Encode the episode's pictures as they are decoded, each camera's first an IDR; returns each camera's
+    pictures that its image statistics use (:func:`~pipeline.export.stats.sample_indices`), downsampled."""
+    n = frames.length
+    samples = {cam: set(sample_indices(n).tolist()) for cam in videos}
+    kept: dict[str, list[np.ndarray]] = {cam: [] for cam in videos}
+    counts = dict.fromkeys(videos, 0)
+    for cam, picture in frames.pictures():
+        k = counts[cam]
+        if k == n:
+            raise ExportError(f"episode {source_id}: camera {cam} has more pictures than its {n} frames")
+        if picture.shape != (*frames.sizes[cam], 3):
+            raise ExportError(
+                f"episode {source_id}: camera {cam}'s picture {k} is {picture.shape}, "
+                f"the camera's pictures {(*frames.sizes[cam], 3)}"
+            )
+        videos[cam].add(picture, first=k == 0)
+        if k in samples[cam]:
+            kept[cam].append(downsample(picture))
+        counts[cam] = k + 1
+    short = {cam: k for cam, k in counts.items() if k != n}
+    if short:
+        raise ExportError(f"episode {source_id}: cameras {short} gave fewer pictures than its {n} frames")
+    return {cam: np.stack(pictures) for cam, pictures in kept.items()}
 
 
 def _close(videos: Iterable[_CameraVideo], *, flush: bool) -> None:

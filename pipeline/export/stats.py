@@ -18,6 +18,7 @@ moments, min and max aggregate exactly either way, as lerobot aggregates them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -68,16 +69,18 @@ def pixel_quantiles(histogram: np.ndarray) -> Stats:
     return out
 
 
-def image_samples(images: np.ndarray) -> np.ndarray:
-    """The (frame, row, column) pixels of an episode's (n, h, w, 3) uint8 frames that lerobot's image stats
-    use: up to 100 frames evenly spread, downsampled to about 150 px when 300 px or larger."""
-    n = len(images)
-    picks = images[np.unique(np.linspace(0, n - 1, min(n, IMAGE_STATS_MAX_FRAMES)).round().astype(int))]
-    h, w = picks.shape[1:3]
+def sample_indices(n: int) -> np.ndarray:
+    """The frames of an ``n``-frame episode that lerobot's image statistics use: up to 100, evenly spread."""
+    return np.unique(np.linspace(0, n - 1, min(n, IMAGE_STATS_MAX_FRAMES)).round().astype(int))
+
+
+def downsample(picture: np.ndarray) -> np.ndarray:
+    """An (h, w, 3) picture as lerobot's image statistics see it: about 150 px when 300 px or larger."""
+    h, w = picture.shape[:2]
     if max(h, w) >= IMAGE_STATS_MAX_PX:  # lerobot's auto_downsample_height_width
         step = int(w / IMAGE_STATS_TARGET_PX) if w > h else int(h / IMAGE_STATS_TARGET_PX)
-        picks = picks[:, ::step, ::step]
-    return picks
+        return picture[::step, ::step]
+    return picture
 
 
 class DatasetStats:
@@ -90,8 +93,9 @@ class DatasetStats:
         self._values: dict[str, list[np.ndarray]] = {}
         self._pixels: dict[str, np.ndarray] = {}
 
-    def add(self, frames: EpisodeFrames) -> dict[str, Stats]:
-        """Statistics of one episode, per feature (as lerobot writes them under ``stats/<feature>/``)."""
+    def add(self, frames: EpisodeFrames, samples: Mapping[str, np.ndarray]) -> dict[str, Stats]:
+        """Statistics of one episode, per feature (as lerobot writes them under ``stats/<feature>/``);
+        ``samples``: each camera's pictures at :func:`sample_indices`, each through :func:`downsample`."""
         k = np.arange(frames.length, dtype=np.float64)
         vectors = {
             layout.STATE_KEY: frames.state.astype(np.float64),
@@ -103,9 +107,8 @@ class DatasetStats:
         for key, values in vectors.items():
             stats[key] = feature_stats(values)
             self._values.setdefault(key, []).append(values)
-        for cam, images in frames.cameras.items():
+        for cam, picks in samples.items():
             key = layout.IMAGE_PREFIX + cam
-            picks = image_samples(images)
             pixels = picks.reshape(-1, 3)
             histogram = np.stack([np.bincount(pixels[:, c], minlength=256) for c in range(3)])
             self._pixels[key] = self._pixels.get(key, 0) + histogram

@@ -249,14 +249,19 @@ def _camera_family(schema: Schema | None, topic: str) -> CameraFamily:
     return family
 
 
-def read_source(path: Path, contract: TopicContract, truth: StampSource) -> SourceEpisode:
+def read_source(
+    path: Path, contract: TopicContract, truth: StampSource, *, native: bool = True
+) -> SourceEpisode:
     """Read ``path`` (through the shared MCAP reader) into a :class:`SourceEpisode`.
+
+    ``native=False`` reads the contract's topics alone and keeps no native copy of any message: the
+    episode's cameras, state and actions, for a reader that writes no transcode (the export).
 
     Raises :class:`TranscodeInputError` for content the transcode cannot use (a picture or vector that a
     message family refuses included) and :class:`~pipeline.mcaplog.McapInputError` for bad bytes (both
     are recorded rejections).
     """
-    reader = SourceReader(path, contract, truth)
+    reader = SourceReader(path, contract, truth, native=native)
     reader.cameras()
     return reader.episode()
 
@@ -270,8 +275,10 @@ class SourceReader:
     series message a family refuses, is found by :meth:`episode`.
     """
 
-    def __init__(self, path: Path, contract: TopicContract, truth: StampSource) -> None:
-        self._reader = _Reader(path, contract, truth)
+    def __init__(
+        self, path: Path, contract: TopicContract, truth: StampSource, *, native: bool = True
+    ) -> None:
+        self._reader = _Reader(path, contract, truth, native)
         self._cameras: list[SourceCamera] | None = None
         self._episode: SourceEpisode | None = None
 
@@ -312,8 +319,9 @@ class SourceReader:
 
 
 class _Reader:
-    def __init__(self, path: Path, contract: TopicContract, truth: StampSource) -> None:
+    def __init__(self, path: Path, contract: TopicContract, truth: StampSource, native: bool) -> None:
         self.path = path
+        self.keep_native = native
         self.contract = contract
         self.truth = truth
         self.cameras = {c.topic: _CameraReader(c, path) for c in contract.cameras}
@@ -363,7 +371,8 @@ class _Reader:
         payloads of the streams beside the cameras)."""
         for topic, spool in spools.items():
             self.cameras[topic].spool = spool
-        for schema, channel, message in iter_messages(self.path):
+        topics = None if self.keep_native else [*self.cameras, *self.series_specs]
+        for schema, channel, message in iter_messages(self.path, topics):
             self.channels.setdefault(channel.topic, channel)
             if channel.topic in self.cameras:
                 self._camera(schema, channel, message)
@@ -412,9 +421,10 @@ class _Reader:
     def _other(self, schema: Schema | None, channel: Channel, message: Message) -> None:
         topic = channel.topic
         self.schemas.setdefault(topic, schema)
-        self.native.append(
-            NativeMessage(topic, message.log_time, message.publish_time, message.sequence, message.data)
-        )
+        if self.keep_native:
+            self.native.append(
+                NativeMessage(topic, message.log_time, message.publish_time, message.sequence, message.data)
+            )
         spec = self.series_specs.get(topic)
         if spec is None:
             return

@@ -19,23 +19,37 @@ from pipeline.export.stats import (
     QUANTILE_KEYS,
     QUANTILES,
     DatasetStats,
-    image_samples,
+    downsample,
     pixel_quantiles,
+    sample_indices,
     value_quantiles,
 )
+
+
+def _with_pictures(frames: EpisodeFrames, images: np.ndarray) -> EpisodeFrames:
+    """``frames`` whose camera ``front`` shows ``images`` (n, h, w, 3)."""
+    return dataclasses.replace(
+        frames, sizes={"front": images.shape[1:3]}, pictures=lambda: (("front", im) for im in images)
+    )
 
 
 def _episode(rng: np.random.Generator, n: int, centre: float, brightness: int) -> EpisodeFrames:
     state = (centre + rng.normal(0, 0.1, (n, 4))).astype(np.float32)
     image = rng.integers(0, 64, (n, 24, 32, 3), dtype=np.uint8) + np.uint8(brightness)
     return EpisodeFrames(
-        cameras={"front": image},
+        sizes={"front": (24, 32)},
+        pictures=lambda: (("front", im) for im in image),
         state=state,
         action=state[:, :2] * 2,
         fps=30,
         state_names=[f"s{i}" for i in range(4)],
         action_names=["a0", "a1"],
     )
+
+
+def _samples(frames: EpisodeFrames) -> np.ndarray:
+    images = [im for _, im in frames.pictures()]
+    return np.stack([downsample(images[k]) for k in sample_indices(len(images))])
 
 
 def _first_reaching(values: np.ndarray, q: float) -> np.ndarray:
@@ -71,11 +85,12 @@ def test_dataset_quantiles_pool_the_episodes() -> None:
     rng = np.random.default_rng(0)
     episodes = [_episode(rng, 90, -1.0, 0), _episode(rng, 30, 1.0, 150)]
     stats = DatasetStats()
-    per_episode = [stats.add(e) for e in episodes]
+    samples = [_samples(e) for e in episodes]
+    per_episode = [stats.add(e, {"front": s}) for e, s in zip(episodes, samples, strict=True)]
     result = stats.result()
 
     state = np.concatenate([e.state.astype(np.float64) for e in episodes])
-    pixels = np.concatenate([image_samples(e.cameras["front"]).reshape(-1, 3) for e in episodes]) / 255.0
+    pixels = np.concatenate([s.reshape(-1, 3) for s in samples]) / 255.0
     for key, q in zip(QUANTILE_KEYS, QUANTILES, strict=True):
         np.testing.assert_array_equal(result["observation.state"][key], _first_reaching(state, q))
         np.testing.assert_allclose(
@@ -106,13 +121,13 @@ def test_episodes_of_another_feature_set_are_refused_and_nothing_is_published(tm
     size do not fit the camera's video."""
     rng = np.random.default_rng(1)
     first, second = _episode(rng, 8, 0.0, 10), _episode(rng, 8, 1.0, 20)
-    smaller = {"front": second.cameras["front"][:, :20, :30]}
+    smaller = np.stack([im[:20, :30] for _, im in second.pictures()])
     for other in (
         *(
             dataclasses.replace(second, state_names=n)
             for n in (["s0", "s1", "s2", "s4"], ["s1", "s0", "s2", "s3"])
         ),
-        dataclasses.replace(second, cameras=smaller),
+        _with_pictures(second, smaller),
     ):
         out = tmp_path / "out"
         with pytest.raises(
@@ -137,8 +152,10 @@ def test_an_episode_s_pictures_are_let_go_before_the_next_is_read(tmp_path: Path
         for i in range(4):
             gc.collect()
             alive_when_asked.append(sum(ref() is not None for ref in held))
-            frames = _episode(rng, 6, float(i), 10 * i)
-            held.append(weakref.ref(frames.cameras["front"]))
+            images = rng.integers(0, 64, (6, 24, 32, 3), dtype=np.uint8)
+            held.append(weakref.ref(images))
+            frames = _with_pictures(_episode(rng, 6, float(i), 10 * i), images)
+            del images
             yield i, "pick", frames
             del frames
 
