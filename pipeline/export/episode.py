@@ -240,8 +240,8 @@ class _CameraPlan:
     """One camera's messages, read once without decoding a picture (their stamps, the first picture a
     decoder can start at, the picture size), then which message each frame of the grid shows."""
 
-    def __init__(self, name: str, topic: str) -> None:
-        self.where = f"{name} {topic}"
+    def __init__(self, file: str, camera: str, topic: str) -> None:
+        self.where = f"{file} camera {camera} ({topic})"
         self.topic = topic
         self.format = ""
         self.stamps: list[int] = []  # of every message, in log order
@@ -273,15 +273,23 @@ class _CameraPlan:
             self.first_key, self.format = index, video_format
             self.size = (pictures[0].height, pictures[0].width)
 
+    def _reachable(self) -> tuple[np.ndarray, np.ndarray]:
+        """Index and stamp of each message a decoder started at the first keyframe shows: from that
+        keyframe on, less the pictures logged after it that show earlier (an open GOP's leading pictures,
+        which predict from the anchor before it)."""
+        first = self.first_key or 0
+        stamps = np.asarray(self.stamps[first:], dtype=np.int64)
+        shown = stamps >= self.stamps[first]
+        return np.flatnonzero(shown) + first, stamps[shown]
+
     @property
     def ordered_stamps(self) -> np.ndarray:
-        """The stamps of the messages a decoder reaches (from the first keyframe on), ascending."""
-        return np.sort(np.asarray(self.stamps[self.first_key or 0 :], dtype=np.int64), kind="stable")
+        """The stamps of the messages a decoder reaches, ascending."""
+        return np.sort(self._reachable()[1], kind="stable")
 
     def pick(self, grid_ns: np.ndarray) -> None:
         """Each grid instant's picture: the message nearest in time (the earlier one on a tie)."""
-        first = self.first_key or 0
-        stamps = np.asarray(self.stamps[first:], dtype=np.int64)
+        index, stamps = self._reachable()
         order = np.argsort(stamps, kind="stable")
         ordered = stamps[order]
         nearest = np.clip(np.searchsorted(ordered, grid_ns), 0, len(ordered) - 1)
@@ -289,7 +297,7 @@ class _CameraPlan:
         at = np.where(
             np.abs(ordered[earlier] - grid_ns) <= np.abs(ordered[nearest] - grid_ns), earlier, nearest
         )
-        self.need = order[at] + first
+        self.need = index[order[at]]
 
 
 def _decoder(video_format: str) -> Any:
@@ -330,7 +338,7 @@ def _camera_plans(
     path: Path, stamp_fields: Mapping[str, str | None], truth: StampSource, names: Mapping[str, str]
 ) -> dict[str, _CameraPlan]:
     """Topic -> plan of every camera, in one pass over the log that decodes one picture per camera."""
-    plans = {topic: _CameraPlan(names[topic], topic) for topic in stamp_fields}
+    plans = {topic: _CameraPlan(path.name, names[topic], topic) for topic in stamp_fields}
     where = {topic: plan.where for topic, plan in plans.items()}
     for topic, msg, stamp in _camera_messages(path, stamp_fields, truth, where):
         plans[topic].add(msg.data, stamp, msg.format)
@@ -384,7 +392,7 @@ class _Emitter:
             return iter(())
         packet = av.Packet(data)
         packet.pts = index
-        return self._take(_decode(self.decoder, packet, self.plan.where))
+        return self._take(_decode(self.decoder, packet, f"{self.plan.where} message {index}"))
 
     def finish(self) -> Iterator[tuple[str, np.ndarray]]:
         if not self.done:

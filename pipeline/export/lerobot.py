@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -227,15 +227,16 @@ def write_lerobot(
     ranges = _split_ranges(splits, len(splits)) if splits is not None else None
     staging = out.with_name(f".{out.name}.{uuid.uuid4().hex}.part")
     staging.mkdir(parents=True)
+    taken = iter(episodes)
     try:
-        report = _write(
-            iter(episodes), staging, robot_type, ranges, len(splits) if splits is not None else None
-        )
+        report = _write(taken, staging, robot_type, ranges, len(splits) if splits is not None else None)
         report.out = str(out)
         if not report.ok:
             raise ExportError(f"export checks failed: {[k for k, v in report.checks.items() if not v]}")
         os.replace(staging, out)
     finally:
+        if isinstance(taken, Generator):  # a failed export lets go of the episode in hand (its download) now
+            taken.close()
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return report

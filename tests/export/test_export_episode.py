@@ -191,46 +191,86 @@ def test_an_episode_s_pictures_are_decoded_as_they_are_taken(source: Path, tmp_p
     assert most_alive <= 2 * len(frames.sizes), most_alive
 
 
+def _camera_letters(path: Path, topic: str, codec: str) -> list[str]:
+    from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
+
+    from pipeline.transcode.bitstream import unit_letter
+
+    with open(path, "rb") as fh:
+        return [
+            unit_letter(codec, CompressedVideo.FromString(m.data).data)
+            for _, _, m in make_reader(fh).iter_messages(topics=[topic], log_time_order=True)
+        ]
+
+
+def _without_first(source: Path, out: Path, topic: str, count: int) -> Path:
+    """A copy of ``source`` whose ``topic`` lacks its first ``count`` messages (a recording that began
+    later on that camera)."""
+    with open(source, "rb") as fh, open(out, "wb") as sink:
+        writer = Writer(sink)
+        writer.start()
+        ids: dict[int, int] = {}
+        seen = 0
+        for schema, channel, message in make_reader(fh).iter_messages(log_time_order=True):
+            if channel.topic == topic:
+                seen += 1
+                if seen <= count:
+                    continue
+            if channel.id not in ids:
+                assert schema is not None
+                sid = writer.register_schema(schema.name, schema.encoding, schema.data)
+                ids[channel.id] = writer.register_channel(
+                    channel.topic, channel.message_encoding, sid, dict(channel.metadata)
+                )
+            writer.add_message(ids[channel.id], message.log_time, message.data, message.publish_time)
+        for name, metadata in _metadata(source).items():
+            writer.add_metadata(name, metadata)
+        writer.finish()
+    return out
+
+
+def _metadata(path: Path) -> dict[str, dict[str, str]]:
+    with open(path, "rb") as fh:
+        return {m.name: dict(m.metadata) for m in make_reader(fh).iter_metadata()}
+
+
 def test_a_raw_camera_that_starts_between_keyframes_is_exported_from_its_first_keyframe(
     source: Path, tmp_path: Path
 ) -> None:
     """A log whose camera begins mid-GOP (a recording started between two keyframes): the pictures before
     the camera's first keyframe cannot be decoded, so the grid begins there, and every frame after it is
     the full log's picture, pixel for pixel."""
-    from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
-
-    from pipeline.transcode.bitstream import unit_letter
-
     vendor = _vendor()
     front = vendor.topics.cameras[0].topic if vendor.topics else ""
-    with open(source, "rb") as fh:
-        letters = [
-            unit_letter("h264", CompressedVideo.FromString(m.data).data)
-            for _, _, m in make_reader(fh).iter_messages(topics=[front], log_time_order=True)
-        ]
+    letters = _camera_letters(source, front, "h264")
     assert letters[0] == "I" and "I" in letters[5:]  # the case this test is about
-    cut = tmp_path / "late.mcap"
-    with open(source, "rb") as fh, open(cut, "wb") as sink:
-        writer = Writer(sink)
-        writer.start()
-        ids: dict[int, int] = {}
-        seen = 0
-        for schema, channel, message in make_reader(fh).iter_messages(log_time_order=True):
-            if channel.topic == front:
-                seen += 1
-                if seen <= 5:  # the first five pictures, the keyframe among them, are not recorded
-                    continue
-            if channel.id not in ids:
-                assert schema is not None
-                sid = writer.register_schema(schema.name, schema.encoding, schema.data)
-                ids[channel.id] = writer.register_channel(channel.topic, channel.message_encoding, sid)
-            writer.add_message(ids[channel.id], message.log_time, message.data, message.publish_time)
-        writer.finish()
-    full, late = read_episode(source, vendor), read_episode(cut, vendor)
+    # the first five pictures, the keyframe among them, are not recorded
+    full, late = (
+        read_episode(source, vendor),
+        read_episode(_without_first(source, tmp_path / "late.mcap", front, 5), vendor),
+    )
     skipped = letters[5:].index("I")  # the remaining pictures before the first keyframe
     assert full.length - late.length == 5 + skipped
     np.testing.assert_array_equal(_front(late), _front(full)[5 + skipped :])
     np.testing.assert_array_equal(late.state, full.state[5 + skipped :])
+
+
+@pytest.mark.parametrize("codec", ["h264", "h265"])
+def test_an_open_gop_camera_that_lost_its_idr_starts_at_the_next_anchor(
+    source: Path, tmp_path: Path, codec: str
+) -> None:
+    """random_access is an open GOP: after an anchor come, in the log, the B-frames shown before it, which
+    also predict from the anchor before. A camera whose IDR is lost starts at the next anchor, and those
+    leading pictures cannot be decoded: they are left out of the grid (they failed the whole export)."""
+    vendor = _vendor(profile="random_access", gop_frames=17, codec=codec)
+    out = _transcoded(source, vendor, tmp_path / "episode.mcap")
+    front = vendor.topics.cameras[0].topic if vendor.topics else ""
+    letters = _camera_letters(out, front, codec)
+    assert letters[0] == "I" and letters[1] == "i" and letters[2] == "b"  # the case this test is about
+    full = read_episode(out, vendor)
+    late = read_episode(_without_first(out, tmp_path / "late.mcap", front, 1), vendor)
+    assert 0 < full.length - late.length < 20
+    np.testing.assert_array_equal(_front(late), _front(full)[full.length - late.length :])
 
 
 def test_the_export_reads_a_raw_log_s_state_and_actions_alone(source: Path) -> None:
