@@ -9,6 +9,7 @@ parameters (``$name`` with ``params={"name": ...}``), never pasted into the text
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -99,6 +100,22 @@ def _fetch(
     return pa.Table.from_batches(batches, schema=reader.schema), truncated
 
 
+#: DuckDB's advice to raise a setting (``Use "SET max_expression_depth TO x" to increase ...``), which the
+#: sandbox refuses: its settings are locked (:mod:`.connection`).
+_SET_ADVICE = re.compile(r'\s*Use "SET (?P<name>\w+)[^"]*" to [^.]*\.?')
+#: What to do instead, where there is something: the setting's limit is met by a differently written query.
+_INSTEAD = {
+    "max_expression_depth": "write a long chain of OR, AND or + as an IN list, a join or a sum over rows",
+}
+
+
 def _first_line(exc: BaseException) -> str:
+    """The error's first line, less any advice to raise a setting, which the sandbox would refuse."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    line = text.splitlines()[0] if text else type(exc).__name__
+    advice = _SET_ADVICE.search(line)
+    if advice is None:
+        return line
+    name = advice["name"]
+    instead = _INSTEAD.get(name, "change the query")
+    return f"{line[: advice.start()]} (a warehouse query cannot SET {name}: {instead})"

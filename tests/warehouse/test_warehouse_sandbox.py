@@ -155,3 +155,21 @@ def test_sluice_query_reports_the_time_limit_without_a_traceback(synced: Path) -
     )
     assert done.returncode == 2, done.stderr
     assert "stopped after 1 s" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_duckdb_s_advice_to_raise_a_setting_is_not_passed_on(synced: Path) -> None:
+    """DuckDB answers a deeply nested expression with 'Use "SET max_expression_depth TO x"', which the
+    sandbox refuses: `sluice query` says what to write instead, without a traceback."""
+    import subprocess
+    import sys
+
+    deep = "SELECT " + " + ".join(["1"] * 1500)  # a sum of 1,500 terms nests 1,499 deep
+    sluice = Path(sys.executable).with_name("sluice")
+    done = subprocess.run(
+        [str(sluice), "query", "--warehouse", str(synced), deep], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "Max expression depth limit of 1000 exceeded" in said, said
+    assert "cannot SET max_expression_depth: write a long chain of OR, AND or + as" in said, said
+    assert 'Use "SET' not in said and "Traceback" not in said
