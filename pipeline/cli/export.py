@@ -25,9 +25,19 @@ def lerobot(
     name, sep, version = dataset_version.partition("@")
     if not sep or not name or not version:
         raise UnknownChoiceError("dataset version (NAME@VERSION)", dataset_version, ["NAME@VERSION"])
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     ctx = context()
-    with error_console.status(f"exporting {dataset_version}…"):
-        report = export_dataset_version(ctx.engine, name, version, out, robot_type=robot_type or None)
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=error_console, transient=True) as shown:
+        task = shown.add_task(f"exporting {dataset_version}: robot episodes", total=None)
+
+        def progress(done: int, total: int) -> None:
+            shown.update(task, completed=done, total=total)
+
+        report = export_dataset_version(
+            ctx.engine, name, version, out, robot_type=robot_type or None, progress=progress
+        )
     if as_json:
         print_json(report.as_dict())
     else:

@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -92,10 +92,17 @@ class ExportReport:
 
 
 def export_dataset_version(
-    engine: Engine, name: str, version: str, out: Path, *, robot_type: str | None = None
+    engine: Engine,
+    name: str,
+    version: str,
+    out: Path,
+    *,
+    robot_type: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ExportReport:
     """Export the robot episodes of dataset version ``name@version`` to ``out`` (which must not exist, and
-    whose folder must take it: said before any episode is read)."""
+    whose folder must take it: said before any episode is read). ``progress(done, total)`` is called with
+    the robot episodes written so far, before each is read and once all are."""
     from sqlalchemy import select
 
     from pipeline.annotate.inputs import episode_inputs, local_file
@@ -157,7 +164,9 @@ def export_dataset_version(
     def episodes() -> Iterator[tuple[int, str, EpisodeFrames]]:
         """One episode at a time, its file at hand (a download, from an object store) until the writer asks
         for the next one: the writer encodes its pictures as they are decoded."""
-        for e in robot:
+        for done, e in enumerate(robot):
+            if progress is not None:
+                progress(done, len(robot))
             ref = refs[e]
             with contextlib.ExitStack() as held:
                 with named(e):
@@ -178,6 +187,8 @@ def export_dataset_version(
         robot_type=robot_type,
         splits=[split_of_episode[e] or "train" for e in robot],
     )
+    if progress is not None:
+        progress(len(robot), len(robot))
     report.skipped = skipped
     _write_report(out, report)
     return report

@@ -346,13 +346,22 @@ def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str
             first, second = sorted(episodes.values())
             add_dataset_episodes(session, version_id, [(second, "val"), (first, "train")])
         out = tmp_path / "export"
-        report = export_dataset_version(world.ctx.engine, "pick", "v1", out, robot_type="acme_bimanual")
+        told: list[tuple[int, int]] = []
+        report = export_dataset_version(
+            world.ctx.engine,
+            "pick",
+            "v1",
+            out,
+            robot_type="acme_bimanual",
+            progress=lambda done, total: told.append((done, total)),
+        )
         with pytest.raises(ExportError, match="exists"):
             export_dataset_version(world.ctx.engine, "pick", "v1", out)
     finally:
         world.close()
 
     assert report.ok, report.checks
+    assert told == [(0, 2), (1, 2), (2, 2)]  # before each episode is read, and when both are written
     assert [
         e["sluice/source_episode_id"]
         for e in pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
