@@ -52,8 +52,10 @@ VIDEO_SCHEMA = "foxglove.CompressedVideo"
 STAMP_KEYS = frozenset({transcoded.RESAMPLED_STAMP_KEY, transcoded.RESAMPLED_TIME_KEY})
 
 
-#: ``(camera, (h, w, 3) uint8 RGB picture)``: each camera's frames in grid order, the cameras interleaved
-Pictures = Callable[[], Iterator[tuple[str, np.ndarray]]]
+#: ``(camera, picture)``: each camera's frames in grid order, the cameras interleaved. A picture is a frame as
+#: its decoder made it (YUV, the encoder's input without a conversion to RGB and back); the same frame is
+#: handed out again for each further grid frame that shows it.
+Pictures = Callable[[], Iterator[tuple[str, av.VideoFrame]]]
 
 
 @dataclass(frozen=True)
@@ -353,8 +355,8 @@ def _camera_plans(
 
 def _pictures(
     path: Path, stamp_fields: Mapping[str, str | None], truth: StampSource, plans: Mapping[str, _CameraPlan]
-) -> Iterator[tuple[str, np.ndarray]]:
-    """Every camera's grid frames as ``(camera, (h, w, 3) uint8 RGB)``, each camera's in grid order, the
+) -> Iterator[tuple[str, av.VideoFrame]]:
+    """Every camera's grid frames as ``(camera, decoded frame)``, each camera's in grid order, the
     cameras' interleaved as the log holds them: one pass over the log, decoding as it goes; a picture is
     held only until its grid frames are out (with B-frames the decoder hands pictures back in display
     order, by ``pts``: the message index)."""
@@ -379,13 +381,13 @@ class _Emitter:
         self.index = 0  # of the next message
         self.next = 0  # the next grid frame to hand out
         self.last_use = {int(m): g for g, m in enumerate(plan.need)}  # message -> its last grid frame
-        self.held: dict[int, np.ndarray] = {}
+        self.held: dict[int, av.VideoFrame] = {}
 
     @property
     def done(self) -> bool:
         return self.next == len(self.plan.need)
 
-    def feed(self, data: bytes) -> Iterator[tuple[str, np.ndarray]]:
+    def feed(self, data: bytes) -> Iterator[tuple[str, av.VideoFrame]]:
         index = self.index
         self.index += 1
         if index < (self.plan.first_key or 0) or self.done:
@@ -394,7 +396,7 @@ class _Emitter:
         packet.pts = index
         return self._take(_decode(self.decoder, packet, f"{self.plan.where} message {index}"))
 
-    def finish(self) -> Iterator[tuple[str, np.ndarray]]:
+    def finish(self) -> Iterator[tuple[str, av.VideoFrame]]:
         if not self.done:
             yield from self._take(_decode(self.decoder, None, self.plan.where))
         if not self.done:
@@ -404,7 +406,7 @@ class _Emitter:
                 f"{self.plan.where}: message {message} (frame {self.next} of the export) decodes to no picture",
             )
 
-    def _take(self, decoded: list[av.VideoFrame]) -> Iterator[tuple[str, np.ndarray]]:
+    def _take(self, decoded: list[av.VideoFrame]) -> Iterator[tuple[str, av.VideoFrame]]:
         for frame in decoded:
             if frame.pts is None or frame.pts not in self.last_use:
                 continue
@@ -414,7 +416,7 @@ class _Emitter:
                     f"{self.plan.where}: message {frame.pts} is {frame.width}x{frame.height}, the camera's "
                     f"first keyframe {self.plan.size[1]}x{self.plan.size[0]}",
                 )
-            self.held[frame.pts] = frame.to_ndarray(format="rgb24")
+            self.held[frame.pts] = frame
         while not self.done and (message := int(self.plan.need[self.next])) in self.held:
             picture = self.held[message]
             if self.last_use[message] == self.next:

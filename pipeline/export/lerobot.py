@@ -3,6 +3,8 @@
 Every episode's frames are re-encoded per camera into one MP4 (H.264, no B-frames) with ``pts`` = the
 dataset-wide frame index at time base 1/fps, and a forced IDR at each episode's first frame, so that each
 episode starts on a keyframe and ``timestamp = frame_index / fps`` holds exactly in the data and the video.
+The encoder takes the pictures as the episode's decoder makes them (YUV 4:2:0), so the video loses no more
+than that one encode; only the pictures lerobot's image statistics sample are converted to RGB.
 The export is written to a staging folder beside ``out`` and renamed into place when every check passed.
 """
 
@@ -157,7 +159,7 @@ def export_dataset_version(
                 "`sluice scrub` lists every damaged object"
             ) from exc
 
-    def pictures(episode_id: int, decode: Pictures) -> Iterator[tuple[str, np.ndarray]]:
+    def pictures(episode_id: int, decode: Pictures) -> Iterator[tuple[str, av.VideoFrame]]:
         with named(episode_id):
             yield from decode()
 
@@ -269,12 +271,20 @@ class _CameraVideo:
         self._stream.options = dict(X264_OPTIONS)
         self._index = 0
 
-    def add(self, rgb: np.ndarray, *, first: bool) -> None:
-        """One frame; ``first``: an episode's first, made an IDR."""
+    def add(self, picture: av.VideoFrame, *, first: bool) -> None:
+        """One frame; ``first``: an episode's first, made an IDR. A decoded YUV 4:2:0 frame goes to the
+        encoder as it is (no round trip through RGB); another pixel format is converted, and an odd size
+        cropped to even."""
         eh, ew = self.shape
-        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[:eh, :ew]), format="rgb24").reformat(
-            format="yuv420p"
-        )
+        if (picture.height, picture.width) != (eh, ew):
+            rgb = picture.to_ndarray(format="rgb24")[:eh, :ew]
+            frame = av.VideoFrame.from_ndarray(
+                np.ascontiguousarray(rgb, dtype=np.uint8), format="rgb24"
+            ).reformat(format="yuv420p")
+        elif picture.format.name != "yuv420p":
+            frame = picture.reformat(format="yuv420p")
+        else:
+            frame = picture  # the encoder takes its own reference: a frame shown twice is sent twice
         frame.pts, frame.time_base = self._index, Fraction(1, self.fps)
         frame.pict_type = av.video.frame.PictureType.I if first else av.video.frame.PictureType.NONE
         self._container.mux(self._stream.encode(frame))
@@ -481,14 +491,15 @@ def _encode(frames: EpisodeFrames, videos: dict[str, _CameraVideo], source_id: i
         k = counts[cam]
         if k == n:
             raise ExportError(f"episode {source_id}: camera {cam} has more pictures than its {n} frames")
-        if picture.shape != (*frames.sizes[cam], 3):
+        if (picture.height, picture.width) != frames.sizes[cam]:
+            h, w = frames.sizes[cam]
             raise ExportError(
-                f"episode {source_id}: camera {cam}'s picture {k} is {picture.shape}, "
-                f"the camera's pictures {(*frames.sizes[cam], 3)}"
+                f"episode {source_id}: camera {cam}'s picture {k} is {picture.width}x{picture.height}, "
+                f"the camera's pictures {w}x{h}"
             )
+        if k in samples[cam]:  # converted to RGB, as lerobot sees the video, for the image statistics
+            kept[cam].append(downsample(picture.to_ndarray(format="rgb24")))
         videos[cam].add(picture, first=k == 0)
-        if k in samples[cam]:
-            kept[cam].append(downsample(picture))
         counts[cam] = k + 1
     short = {cam: k for cam, k in counts.items() if k != n}
     if short:

@@ -9,6 +9,7 @@ import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 
@@ -28,9 +29,13 @@ from pipeline.export.stats import (
 
 def _with_pictures(frames: EpisodeFrames, images: np.ndarray) -> EpisodeFrames:
     """``frames`` whose camera ``front`` shows ``images`` (n, h, w, 3)."""
-    return dataclasses.replace(
-        frames, sizes={"front": images.shape[1:3]}, pictures=lambda: (("front", im) for im in images)
-    )
+    return dataclasses.replace(frames, sizes={"front": images.shape[1:3]}, pictures=lambda: _frames(images))
+
+
+def _frames(images: np.ndarray) -> Iterator[tuple[str, av.VideoFrame]]:
+    """Camera ``front``'s pictures as a decoder hands them out (made as the reader is asked for them)."""
+    for image in images:
+        yield "front", av.VideoFrame.from_ndarray(image, format="rgb24")
 
 
 def _episode(rng: np.random.Generator, n: int, centre: float, brightness: int) -> EpisodeFrames:
@@ -38,7 +43,7 @@ def _episode(rng: np.random.Generator, n: int, centre: float, brightness: int) -
     image = rng.integers(0, 64, (n, 24, 32, 3), dtype=np.uint8) + np.uint8(brightness)
     return EpisodeFrames(
         sizes={"front": (24, 32)},
-        pictures=lambda: (("front", im) for im in image),
+        pictures=lambda: _frames(image),
         state=state,
         action=state[:, :2] * 2,
         fps=30,
@@ -48,7 +53,7 @@ def _episode(rng: np.random.Generator, n: int, centre: float, brightness: int) -
 
 
 def _samples(frames: EpisodeFrames) -> np.ndarray:
-    images = [im for _, im in frames.pictures()]
+    images = [picture.to_ndarray(format="rgb24") for _, picture in frames.pictures()]
     return np.stack([downsample(images[k]) for k in sample_indices(len(images))])
 
 
@@ -121,7 +126,7 @@ def test_episodes_of_another_feature_set_are_refused_and_nothing_is_published(tm
     size do not fit the camera's video."""
     rng = np.random.default_rng(1)
     first, second = _episode(rng, 8, 0.0, 10), _episode(rng, 8, 1.0, 20)
-    smaller = np.stack([im[:20, :30] for _, im in second.pictures()])
+    smaller = np.stack([p.to_ndarray(format="rgb24")[:20, :30] for _, p in second.pictures()])
     for other in (
         *(
             dataclasses.replace(second, state_names=n)
