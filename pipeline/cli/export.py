@@ -29,7 +29,10 @@ def lerobot(
 
     ctx = context()
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-    with Progress(*columns, console=error_console, transient=True) as shown:
+    # on a terminal only: elsewhere a transient bar leaves a blank line in the log
+    with Progress(
+        *columns, console=error_console, transient=True, disable=not error_console.is_terminal
+    ) as shown:
         task = shown.add_task(f"exporting {dataset_version}: robot episodes", total=None)
 
         def progress(done: int, total: int) -> None:

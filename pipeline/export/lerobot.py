@@ -28,6 +28,7 @@ import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from av.video.reformatter import ColorRange, Colorspace
 
 from pipeline.errors import InputError, SluiceError
 from pipeline.export import layout
@@ -272,19 +273,8 @@ class _CameraVideo:
         self._index = 0
 
     def add(self, picture: av.VideoFrame, *, first: bool) -> None:
-        """One frame; ``first``: an episode's first, made an IDR. A decoded YUV 4:2:0 frame goes to the
-        encoder as it is (no round trip through RGB); another pixel format is converted, and an odd size
-        cropped to even."""
-        eh, ew = self.shape
-        if (picture.height, picture.width) != (eh, ew):
-            rgb = picture.to_ndarray(format="rgb24")[:eh, :ew]
-            frame = av.VideoFrame.from_ndarray(
-                np.ascontiguousarray(rgb, dtype=np.uint8), format="rgb24"
-            ).reformat(format="yuv420p")
-        elif picture.format.name != "yuv420p":
-            frame = picture.reformat(format="yuv420p")
-        else:
-            frame = picture  # the encoder takes its own reference: a frame shown twice is sent twice
+        """One frame; ``first``: an episode's first, made an IDR (:func:`encoder_input` says what goes in)."""
+        frame = encoder_input(picture, *self.shape)
         frame.pts, frame.time_base = self._index, Fraction(1, self.fps)
         frame.pict_type = av.video.frame.PictureType.I if first else av.video.frame.PictureType.NONE
         self._container.mux(self._stream.encode(frame))
@@ -294,6 +284,33 @@ class _CameraVideo:
         if flush:
             self._container.mux(self._stream.encode(None))
         self._container.close()
+
+
+#: Colour matrices a decoded frame may be tagged with that the export's untagged video means: BT.601
+#: (``bt470bg``, ``smpte170m``) or none named, which decoders read as BT.601.
+BT601_SPACES = frozenset({2, 5, 6})  # AVColorSpace: unspecified, bt470bg, smpte170m
+
+
+def encoder_input(picture: av.VideoFrame, height: int, width: int) -> av.VideoFrame:
+    """``picture`` as the export's encoder takes it: ``width`` x ``height`` limited-range BT.601 yuv420p,
+    which is what a decoder makes of the export's untagged video.
+
+    A decoded frame that is that already goes in as it is (the encoder takes its own reference, so a frame
+    shown twice is sent twice): no round trip through RGB, which cost 2-4.5 dB; one of that range and
+    matrix in another YUV format (10-bit, 4:2:2) is converted to yuv420p directly. Any other (full range, a
+    BT.709 or BT.2020 matrix, RGB, an odd size to crop) is converted through RGB as its tags say, so that
+    its colours survive: swscale converts ranges between YUV formats but not matrices.
+    """
+    if (
+        (picture.height, picture.width) == (height, width)
+        and picture.color_range != ColorRange.JPEG
+        and picture.colorspace in BT601_SPACES
+    ):  # the right range and matrix: at most the sampling or depth to change (10-bit, 4:2:2)
+        return picture if picture.format.name == "yuv420p" else picture.reformat(format="yuv420p")
+    rgb = picture.to_ndarray(format="rgb24")[:height, :width]
+    return av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb, dtype=np.uint8), format="rgb24").reformat(
+        format="yuv420p", dst_colorspace=Colorspace.ITU601, dst_color_range=ColorRange.MPEG
+    )
 
 
 def _features_of(frames: EpisodeFrames) -> EpisodeFrames:

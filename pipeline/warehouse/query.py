@@ -102,7 +102,7 @@ def _fetch(
 
 #: DuckDB's advice to raise a setting (``Use "SET max_expression_depth TO x" to increase ...``), which the
 #: sandbox refuses: its settings are locked (:mod:`.connection`).
-_SET_ADVICE = re.compile(r'\s*Use "SET (?P<name>\w+)[^"]*" to [^.]*\.?')
+_SET_ADVICE = re.compile(r'\s*Use "SET (?P<name>\w+) TO [^"]*" to [^."]*\.?\s*$')
 #: What to do instead, where there is something: the setting's limit is met by a differently written query.
 _INSTEAD = {
     "max_expression_depth": "write a long chain of OR, AND or + as an IN list, a join or a sum over rows",

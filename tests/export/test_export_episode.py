@@ -4,7 +4,6 @@ damaged or unresampled inputs read or refused by name."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
 from fractions import Fraction
@@ -176,31 +175,55 @@ def test_the_same_episodes_export_to_the_same_bytes(source: Path, tmp_path: Path
     assert digests[0] == digests[1] == digests[2]
 
 
-def _rss_bytes() -> int:
+#: Takes an episode's pictures one by one in a fresh process (no freed heap from other tests to reuse) and
+#: prints how many, the episode's length and how much resident memory grew meanwhile.
+TAKE_PICTURES = """
+import os, sys
+from pathlib import Path
+from pipeline.config import VendorConfig
+from pipeline.export.episode import read_episode
+
+def rss():
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+frames = read_episode(Path(sys.argv[1]), VendorConfig.model_validate_json(Path(sys.argv[2]).read_text()))
+start, grown, taken = rss(), 0, 0
+for camera, picture in frames.pictures():
+    assert (picture.height, picture.width) == frames.sizes[camera]
+    taken += 1
+    del picture
+    grown = max(grown, rss() - start)
+print(taken, frames.length, len(frames.sizes), grown)
+"""
 
 
 def test_an_episode_s_pictures_are_decoded_as_they_are_taken(tmp_path: Path) -> None:
     """The export holds a few pictures of an episode at a time, not the episode: each is let go once the
     writer has taken it (a 60 s episode of three 320x240 cameras held 3.3 GB when the episode's pictures
     were decoded whole first). With B-frames the decoder hands back a few at once: those wait their turn.
-    Held whole, this episode's 720 pictures would take 83 MB as the decoder makes them (YUV 4:2:0)."""
+    Held whole, this episode's 720 pictures would take 83 MB as the decoder makes them (YUV 4:2:0), and
+    a window of 90 of them (10 MB) is already too many."""
+    import subprocess
+    import sys
+
     drop = tmp_path / "drop"
     make_robot_drop(drop, RobotDropConfig(episodes=1, seconds=8, width=320, height=240))
     (raw,) = sorted(drop.rglob("*.mcap"))
     vendor = _vendor(profile="random_access", gop_frames=17)
-    frames = read_episode(_transcoded(raw, vendor, tmp_path / "episode.mcap"), vendor)
-    counts = dict.fromkeys(frames.sizes, 0)
-    start = _rss_bytes()
-    grown = 0
-    for camera, picture in frames.pictures():
-        assert (picture.height, picture.width) == frames.sizes[camera] == (240, 320)
-        counts[camera] += 1
-        del picture
-        grown = max(grown, _rss_bytes() - start)
-    assert list(counts.values()) == [frames.length] * 3 and frames.length >= 235
-    assert grown < 30 << 20, f"{grown / 2**20:.0f} MB more resident while the pictures were taken"
+    episode = _transcoded(raw, vendor, tmp_path / "episode.mcap")
+    config = tmp_path / "vendor.json"
+    config.write_text(vendor.model_dump_json())
+    done = subprocess.run(
+        [sys.executable, "-c", TAKE_PICTURES, str(episode), str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    taken, length, cameras, grown = map(int, done.stdout.split())
+    assert (cameras, taken) == (3, 3 * length) and length >= 235
+    assert grown < 10 << 20, f"{grown / 2**20:.1f} MB more resident while the pictures were taken"
 
 
 def _camera_letters(path: Path, topic: str, codec: str) -> list[str]:
@@ -355,3 +378,35 @@ def test_the_export_s_video_loses_no_more_than_one_encode(tmp_path: Path) -> Non
         exported = [f.to_ndarray(format="yuv420p")[:240] for f in container.decode(video=0)]
     assert one_encode > 35, one_encode
     assert _luma_psnr(exported, reference) >= one_encode - 0.2, (_luma_psnr(exported, reference), one_encode)
+
+
+@pytest.mark.parametrize("tagged", ["full range", "BT.709", "BT.709 full range", "10-bit"])
+def test_pictures_of_other_ranges_and_matrices_keep_their_colours(tagged: str) -> None:
+    """The export's video is untagged, which decoders read as limited-range BT.601. A camera recorded in
+    full range or with a BT.709 matrix is converted to that as its tags say (passed as it was, a full-range
+    camera's whites and blacks were clipped and a BT.709 red came out another red); a BT.601 picture goes
+    in as the decoder made it."""
+    import av
+    from av.video.reformatter import ColorRange, Colorspace
+
+    from pipeline.export.lerobot import encoder_input
+
+    y, x = np.mgrid[0:48, 0:64]
+    rgb = np.stack([x * 4, y * 5, 255 - x * 3], axis=-1).clip(0, 255).astype(np.uint8)  # smooth, saturated
+    source = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+    full = ColorRange.JPEG if "full" in tagged else ColorRange.MPEG
+    space = Colorspace.ITU709 if "709" in tagged else Colorspace.ITU601
+    pix_fmt = "yuv420p10le" if tagged == "10-bit" else "yuv420p"
+    picture = source.reformat(format=pix_fmt, dst_colorspace=space, dst_color_range=full)
+    picture.color_range, picture.colorspace = full, space
+    truth = picture.to_ndarray(format="rgb24").astype(np.int16)  # what the camera's tags say it shows
+    sent = encoder_input(picture, 48, 64)
+    assert sent.format.name == "yuv420p" and sent.color_range != ColorRange.JPEG
+    # what a decoder makes of the export's untagged video: the same planes, read as limited-range BT.601
+    seen = av.VideoFrame.from_ndarray(sent.to_ndarray(), format="yuv420p").to_ndarray(format="rgb24")
+    error = np.abs(seen.astype(np.int16) - truth)
+    # 1.2-1.4 levels on average, at most 6 (rounding, 4:2:0); passed as they were: 6.7-9.7, up to 38
+    assert error.mean() < 2 and error.max() <= 8, (tagged, error.mean(), error.max())
+
+    plain = source.reformat(format="yuv420p")  # limited range, BT.601: as an untagged decoder frame
+    assert encoder_input(plain, 48, 64) is plain

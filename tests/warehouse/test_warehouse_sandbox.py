@@ -173,3 +173,7 @@ def test_duckdb_s_advice_to_raise_a_setting_is_not_passed_on(synced: Path) -> No
     assert "Max expression depth limit of 1000 exceeded" in said, said
     assert "cannot SET max_expression_depth: write a long chain of OR, AND or + as" in said, said
     assert 'Use "SET' not in said and "Traceback" not in said
+    # a query's own text that reads like that advice is left as it is
+    with pytest.raises(QueryError) as refused:
+        run_query(synced, """SELECT CAST('Use "SET x TO 1" to fix.' AS INTEGER)""")
+    assert """Could not convert string 'Use "SET x TO 1" to fix.' to INT32""" in str(refused.value)
