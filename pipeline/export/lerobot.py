@@ -270,6 +270,11 @@ class _CameraVideo:
         self._stream.pix_fmt = "yuv420p"
         self._stream.time_base = Fraction(1, fps)
         self._stream.options = dict(X264_OPTIONS)
+        # said in the stream (H.264 VUI, the MP4's colr box): limited-range BT.601, which encoder_input
+        # makes; untagged, a browser may read HD video as BT.709 where FFmpeg and lerobot read BT.601
+        codec = self._stream.codec_context
+        codec.color_range = ColorRange.MPEG
+        codec.colorspace = codec.color_primaries = codec.color_trc = SMPTE170M
         self._index = 0
 
     def add(self, picture: av.VideoFrame, *, first: bool) -> None:
@@ -286,14 +291,17 @@ class _CameraVideo:
         self._container.close()
 
 
-#: Colour matrices a decoded frame may be tagged with that the export's untagged video means: BT.601
-#: (``bt470bg``, ``smpte170m``) or none named, which decoders read as BT.601.
+#: Colour matrices a decoded frame may be tagged with that the export's BT.601 video means: BT.601
+#: (``bt470bg``, ``smpte170m``) or none named, which FFmpeg's decoders read as BT.601.
 BT601_SPACES = frozenset({2, 5, 6})  # AVColorSpace: unspecified, bt470bg, smpte170m
+#: AVColorSpace, AVColorPrimaries and AVColorTransferCharacteristic ``smpte170m`` (BT.601 525-line): the
+#: export's video is tagged with it.
+SMPTE170M = 6
 
 
 def encoder_input(picture: av.VideoFrame, height: int, width: int) -> av.VideoFrame:
     """``picture`` as the export's encoder takes it: ``width`` x ``height`` limited-range BT.601 yuv420p,
-    which is what a decoder makes of the export's untagged video.
+    as the export's video is tagged (and as FFmpeg reads untagged video).
 
     A decoded frame that is that already goes in as it is (the encoder takes its own reference, so a frame
     shown twice is sent twice): no round trip through RGB, which cost 2-4.5 dB; one of that range and

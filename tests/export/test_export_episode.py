@@ -375,6 +375,9 @@ def test_the_export_s_video_loses_no_more_than_one_encode(tmp_path: Path) -> Non
     write_lerobot([(1, "pick", frames)], tmp_path / "out")
     (video,) = (tmp_path / "out").rglob("observation.images.front/**/*.mp4")
     with av.open(str(video)) as container:
+        tags = container.streams.video[0].codec_context
+        # limited-range BT.601 said in the stream: what encoder_input makes, for every reader alike
+        assert (tags.color_range, tags.colorspace, tags.color_primaries, tags.color_trc) == (1, 6, 6, 6)
         exported = [f.to_ndarray(format="yuv420p")[:240] for f in container.decode(video=0)]
     assert one_encode > 35, one_encode
     assert _luma_psnr(exported, reference) >= one_encode - 0.2, (_luma_psnr(exported, reference), one_encode)
