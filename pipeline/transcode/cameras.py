@@ -166,6 +166,25 @@ def make_encoder(width: int, height: int, rate: Fraction, settings: EncoderSetti
     return encoder
 
 
+#: Colour matrices (AVColorSpace -> swscale's name) a camera may name that its output keeps, and says
+#: (:func:`tag_colour`): the ones swscale knows besides BT.601. Any other (none named, BT.601, a PNG's RGB,
+#: one swscale does not know) gives BT.601, which readers take untagged video for.
+KEPT_MATRICES = {1: Colorspace.ITU709, 4: Colorspace.FCC, 7: Colorspace.SMPTE240M, 9: Colorspace.BT2020}
+
+
+def tag_colour(encoder: VideoCodecContext, frame: av.VideoFrame) -> None:
+    """Say in the output (the H.264/H.265 VUI) the matrix, primaries and transfer of a camera that names a
+    kept matrix (a BT.709 HD camera): its YUV values are kept, and untagged they would be read as BT.601,
+    shifting the colours (a saturated BT.709 red by up to 39 levels). The range is limited either way
+    (:func:`encoder_picture`). Set before the encoder's first picture: the VUI is in its parameter sets."""
+    if frame.colorspace not in KEPT_MATRICES:
+        return
+    encoder.colorspace = frame.colorspace
+    encoder.color_primaries = frame.color_primaries
+    encoder.color_trc = frame.color_trc
+    encoder.color_range = ColorRange.MPEG
+
+
 def encoder_picture(frame: av.VideoFrame, width: int, height: int) -> av.VideoFrame:
     """``frame`` as the encoder takes it: ``width`` x ``height``, limited-range yuv420p.
 
@@ -186,8 +205,10 @@ def encoder_picture(frame: av.VideoFrame, width: int, height: int) -> av.VideoFr
         format="yuv420p",
         interpolation=SCALE_INTERPOLATION,
         # and the matrix named: a PNG decoder tags its RGB frames with the RGB "colorspace", which a
-        # reformat otherwise copies onto the yuv420p frame; BT.601 is what swscale converts RGB with
-        dst_colorspace=Colorspace.ITU601,
+        # reformat otherwise copies onto the yuv420p frame; BT.601 is what swscale converts RGB with. A
+        # kept matrix (BT.709) stays: swscale's own conversion between YUV matrices shifts luma by about
+        # two levels, and the output says the matrix instead (tag_colour)
+        dst_colorspace=KEPT_MATRICES.get(frame.colorspace, Colorspace.ITU601),
         dst_color_range=ColorRange.MPEG,
     )
 
@@ -230,6 +251,7 @@ def encode_camera(job: CameraJob) -> EncodedCamera:
             source_width, source_height = frame.width, frame.height
             width, height = fit_size(frame.width, frame.height, job.settings.max_pixels)
             encoder = make_encoder(width, height, job.rate, job.settings)
+            tag_colour(encoder, frame)
         if (frame.width, frame.height) != (source_width, source_height):
             raise TranscodeInputError(
                 ReasonCode.RESOLUTION_OUT_OF_BOUNDS,

@@ -36,6 +36,7 @@ from av.video.stream import VideoStream
 from pipeline.config import ClipOptions, TranscodeOptions
 from pipeline.enums import ReasonCode
 from pipeline.media.x264 import X264_THREADS
+from pipeline.transcode.cameras import encoder_picture, tag_colour
 from pipeline.transcode.errors import OutputVerifyError, TranscodeInputError
 from pipeline.transcode.profiles import EncoderSettings, fit_size
 from pipeline.transcode.publish import publish, sha256_file, staged, staging_path
@@ -126,7 +127,7 @@ def _run_graph(source: Path, make_chain: Any) -> Iterator[av.VideoFrame]:
             for frame in container.decode(stream):
                 if graph is None:
                     graph = av.filter.Graph()
-                    node = graph.add_buffer(template=stream)
+                    node = _buffer(graph, stream, frame)
                     for name, args in make_chain(frame):
                         nxt = graph.add(name, args) if args else graph.add(name)
                         node.link_to(nxt)
@@ -141,6 +142,21 @@ def _run_graph(source: Path, make_chain: Any) -> Iterator[av.VideoFrame]:
             raise TranscodeInputError(ReasonCode.TOO_FEW_FRAMES, f"{source.name}: no frame decodes")
         graph.push(None)
         yield from _drain(graph)
+
+
+def _buffer(graph: av.filter.Graph, stream: av.video.stream.VideoStream, first: av.VideoFrame) -> Any:
+    """The graph's source, as ``Graph.add_buffer(template=stream)`` makes it but for the colour matrix and
+    range of the stream's first frame, which that one leaves unset: the frames out of the graph would
+    name neither, a BT.709 camera's then read as BT.601 and a full-range one's as limited range."""
+    return graph.add(
+        "buffer",
+        video_size=f"{stream.width}x{stream.height}",
+        pix_fmt=stream.format.name,
+        time_base=str(stream.time_base),
+        pixel_aspect="1/1",
+        colorspace=str(int(first.colorspace)),
+        range=str(int(first.color_range)),
+    )
 
 
 def _drain(graph: av.filter.Graph) -> Iterator[av.VideoFrame]:
@@ -365,7 +381,9 @@ class _ClipWriter:
         self.frames = 0
 
     def add(self, frame: av.VideoFrame) -> None:
-        out = frame.reformat(format="yuv420p")
+        if self.frames == 0:  # before the encoder opens: the matrix goes into its parameter sets
+            tag_colour(self.stream.codec_context, frame)
+        out = encoder_picture(frame, self.stream.width, self.stream.height)
         out.pts = self.frames
         out.time_base = 1 / self.fps
         out.pict_type = av.video.frame.PictureType.NONE

@@ -317,3 +317,21 @@ def test_a_scene_of_exactly_the_minimum_length_is_a_clip() -> None:
     analysis = Analysis(320, 240, 0, False, None, (0.6, 1.0), duration, 60)
     plans = plan_clips(analysis, ClipOptions(min_clip_duration_s=1.0))
     assert [(round(p.start_s, 6), round(p.end_s, 6)) for p in plans] == [(1.0, 2.0)]
+
+
+def test_a_real_bt709_video_keeps_its_colours(corpus_dir: Path, tmp_path: Path) -> None:
+    """A 1280x720 BT.709 recording (the corpus's emulator capture, turned 180°): its clip says BT.709 and
+    limited range, and shows the source's colours. The filter graph's source named neither, so the clip
+    came out untagged, read as BT.601: 1.5-3 levels off per channel on average."""
+    source = corpus_dir / "video" / "internal_emulator_transformer_output_180_rotated.mp4"
+    (clip,) = transform_video(source, tmp_path, options())
+    with av.open(str(source)) as container:
+        shown = next(container.decode(video=0))
+    with av.open(str(tmp_path / clip.file)) as container:
+        made = next(container.decode(video=0))
+    assert (shown.colorspace, shown.color_primaries, shown.color_trc) == (1, 1, 1)  # the case
+    assert (made.colorspace, made.color_range, made.color_primaries, made.color_trc) == (1, 1, 1, 1)
+    # turned 180°, so compared by each channel's mean over the picture
+    mean_made = made.to_ndarray(format="rgb24").mean(axis=(0, 1))
+    mean_shown = shown.to_ndarray(format="rgb24").mean(axis=(0, 1))
+    np.testing.assert_allclose(mean_made, mean_shown, atol=0.5)
