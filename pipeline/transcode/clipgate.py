@@ -22,6 +22,7 @@ import numpy as np
 
 from pipeline.config import ClipOptions, QualityPost, TranscodeOptions
 from pipeline.enums import ReasonCode
+from pipeline.transcode.cameras import encoder_picture
 from pipeline.transcode.clips import Analysis, ClipPlan, clip_of, normalised_frames, read_manifest
 from pipeline.transcode.h264 import avcc_entropy_coders, coder_mismatch
 from pipeline.transcode.h265 import hvcc_has_parameter_sets
@@ -188,5 +189,7 @@ def _psnr(
         position[index] = k + 1
         picture = sampled.get((index, k))
         if picture is not None and picture.shape == (frame.height, frame.width):
-            values.append(psnr_db(luma(frame), picture))
+            # the frame as the writer gave it to the encoder: limited range (a full-range source's
+            # normalised frames are full range, and compared as they are gave 30 dB for a clean clip)
+            values.append(psnr_db(luma(encoder_picture(frame, frame.width, frame.height)), picture))
     return values

@@ -335,3 +335,45 @@ def test_a_real_bt709_video_keeps_its_colours(corpus_dir: Path, tmp_path: Path) 
     mean_made = made.to_ndarray(format="rgb24").mean(axis=(0, 1))
     mean_shown = shown.to_ndarray(format="rgb24").mean(axis=(0, 1))
     np.testing.assert_allclose(mean_made, mean_shown, atol=0.5)
+
+
+def test_a_full_range_video_comes_out_limited_range_and_passes_its_post_gate(tmp_path: Path) -> None:
+    """A full-range vendor video (a camera that records yuvj420p): the clip is limited range, as it says,
+    with the source's contrast, and the post-gate compares it with the source as the encoder was given it
+    (compared with the full-range frames, a clean clip scored 30 dB and failed)."""
+    from av.video.reformatter import ColorRange, Colorspace
+
+    y, x = np.mgrid[0:240, 0:320]
+    source = tmp_path / "full.mp4"
+    with av.open(str(source), "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 320, 240, "yuv420p"
+        stream.codec_context.color_range = ColorRange.JPEG
+        stream.codec_context.colorspace = stream.codec_context.color_primaries = 1
+        stream.codec_context.color_trc = 1
+        stream.options = {"preset": "ultrafast", "g": "30", "bf": "0", "qp": "10"}
+        for i in range(60):
+            rgb = np.stack([(x + 3 * i) % 256, y, 255 - x * 255 // 320], axis=-1).astype(np.uint8)
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(
+                format="yuv420p", dst_colorspace=Colorspace.ITU709, dst_color_range=ColorRange.JPEG
+            )
+            frame.color_range, frame.pts = ColorRange.JPEG, i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    (clip,) = transform_video(source, tmp_path / "out", options())
+    with av.open(str(source)) as container:
+        shown = next(container.decode(video=0))
+    with av.open(str(tmp_path / "out" / clip.file)) as container:
+        made = next(container.decode(video=0))
+    assert shown.color_range == ColorRange.JPEG  # the case this test is about
+    assert (made.color_range, made.colorspace) == (ColorRange.MPEG, 1)
+    luma = made.to_ndarray()[:240]
+    assert luma.min() >= 14 and luma.max() <= 240  # limited-range samples (a full-range copy: 0-255)
+    np.testing.assert_allclose(
+        made.to_ndarray(format="rgb24").mean(axis=(0, 1)),
+        shown.to_ndarray(format="rgb24").mean(axis=(0, 1)),
+        atol=1.0,
+    )
+    outcomes = {o.name: o for o in check_clips(tmp_path / "out", source, options(), QualityPost())}
+    assert all(o.passed for o in outcomes.values()), outcomes
+    assert outcomes["psnr"].observed["min_db"] > 40, outcomes["psnr"].observed
