@@ -111,6 +111,7 @@ class ReasonCode(StrEnum):
     FRAME_COUNT_MISMATCH = "frame_count_mismatch"
     DURATION_MISMATCH = "duration_mismatch"
     PSNR_BELOW_THRESHOLD = "psnr_below_threshold"
+    COLOUR_MISMATCH = "colour_mismatch"
     RESAMPLE_ERROR = "resample_error"
     ANNOTATOR_FAILED = "annotator_failed"
     SHARD_VERIFY_FAILED = "shard_verify_failed"
@@ -238,6 +239,7 @@ REASON_DESCRIPTIONS: dict[ReasonCode, str] = {
     ReasonCode.FRAME_COUNT_MISMATCH: "The output has a different number of frames than the source.",
     ReasonCode.DURATION_MISMATCH: "The output's duration differs from the source beyond the tolerance.",
     ReasonCode.PSNR_BELOW_THRESHOLD: "Sampled output frames differ from the source more than the PSNR threshold allows.",
+    ReasonCode.COLOUR_MISMATCH: "The output's pictures say another colour matrix or range than their source's, so a reader shows other colours.",
     ReasonCode.RESAMPLE_ERROR: "Resampled state/actions deviate from the native streams beyond the bound.",
     ReasonCode.ANNOTATOR_FAILED: "An annotator failed on this episode (non-critical: the others' results are kept).",
     ReasonCode.SHARD_VERIFY_FAILED: "A shard did not verify (count, size, sha256 or member index).",

@@ -3,10 +3,12 @@
 * ``decode`` – every clip decodes end to end, with the frame count its manifest entry says;
 * ``gop`` – keyframes exactly every ``gop_frames`` frames, picture types the profile's;
 * ``duration`` – constant frame rate, and each clip between the minimum and maximum clip length;
-* ``psnr`` – sampled clip frames against the same normalised source frames;
+* ``psnr`` – sampled clip frames against the same normalised source frames, luma and chroma;
+* ``colour`` – the sampled clip frames are read as the colours of their source frames (matrix and range,
+  :func:`~pipeline.transcode.postgate.read_as`);
 * ``sha256`` – each clip's digest equals the manifest's.
 
-Clips are decoded frame by frame, keeping only picture types, frame times and the sampled frames' luma.
+Clips are decoded frame by frame, keeping only picture types, frame times and the sampled frames.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pipeline.transcode.cameras import encoder_picture
 from pipeline.transcode.clips import Analysis, ClipPlan, clip_of, normalised_frames, read_manifest
 from pipeline.transcode.h264 import avcc_entropy_coders, coder_mismatch
 from pipeline.transcode.h265 import hvcc_has_parameter_sets
-from pipeline.transcode.postgate import CheckOutcome, failed_check, luma, psnr_db
+from pipeline.transcode.postgate import CheckOutcome, Sample, below_threshold, failed_check
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
 from pipeline.transcode.publish import sha256_file
 
@@ -37,12 +39,12 @@ class _ClipScan:
 
     letters: list[str] = field(default_factory=list)  # picture type per frame, "I" for keyframes
     times_s: list[float] = field(default_factory=list)
-    sampled: dict[int, np.ndarray] = field(default_factory=dict)  # frame position -> luma
+    sampled: dict[int, Sample] = field(default_factory=dict)  # frame position -> its picture
     extradata: bytes = b""
 
 
 def _scan_clip(path: Path, samples: int, listed_frames: int) -> _ClipScan:
-    """Decode ``path`` once, keeping the luma of ``samples`` frames spread evenly over the clip.
+    """Decode ``path`` once, keeping ``samples`` frames spread evenly over the clip.
 
     The positions come from the container's frame count (its sample table), so frames need not be held
     until the end; for a clip that decodes to another count the decode check fails anyway.
@@ -58,7 +60,7 @@ def _scan_clip(path: Path, samples: int, listed_frames: int) -> _ClipScan:
             )
             scan.times_s.append(float(frame.time or 0.0))
             if k in wanted:
-                scan.sampled[k] = luma(frame)
+                scan.sampled[k] = Sample.of(frame)
         scan.extradata = bytes(stream.codec_context.extradata or b"")
     return scan
 
@@ -75,8 +77,10 @@ def check_clips(
     settings = EncoderSettings.from_options(options)
     fps = float(Fraction(manifest["fps"]))
     problems: dict[str, tuple[ReasonCode, str]] = {}
-    observed: dict[str, dict[str, Any]] = {k: {} for k in ("decode", "gop", "duration", "psnr", "sha256")}
-    sampled: dict[tuple[int, int], np.ndarray] = {}
+    observed: dict[str, dict[str, Any]] = {
+        k: {} for k in ("decode", "gop", "duration", "psnr", "colour", "sha256")
+    }
+    sampled: dict[tuple[int, int], Sample] = {}
     for entry in manifest["clips"]:
         path = out_dir / entry["file"]
         name = entry["file"]
@@ -144,18 +148,34 @@ def check_clips(
                 "sha256",
                 (ReasonCode.TRANSCODE_FAILED, f"{name}: sha256 {digest}, manifest {entry['sha256']}"),
             )
-    values = _psnr(source, manifest, options, sampled)
-    observed["psnr"] = {"frames": len(values), "min_db": min(values, default=None)}
-    if not values or min(values) < post.min_psnr_db:
+    values, colours = _compare(source, manifest, options, sampled)
+    luma_db = min((y for y, _ in values), default=None)
+    chroma_db = min((c for _, c in values), default=None)
+    observed["psnr"] = {"frames": len(values), "min_db": luma_db, "chroma_min_db": chroma_db}
+    low = (
+        below_threshold(luma_db, chroma_db, post.min_psnr_db)
+        if luma_db is not None and chroma_db is not None
+        else None
+    )
+    if not values or low:
         problems.setdefault(
-            "psnr",
+            "psnr", (ReasonCode.PSNR_BELOW_THRESHOLD, f"lowest sampled PSNR: {low or 'no frame compared'}")
+        )
+    observed["colour"] = {
+        "source": sorted({s for s, _ in colours}),
+        "output": sorted({o for _, o in colours}),
+    }
+    wrong = sorted((s, o) for s, o in colours if s != o)
+    if wrong:
+        problems.setdefault(
+            "colour",
             (
-                ReasonCode.PSNR_BELOW_THRESHOLD,
-                f"lowest sampled PSNR {min(values, default=0):.2f} dB, threshold {post.min_psnr_db} dB",
+                ReasonCode.COLOUR_MISMATCH,
+                f"the clips are read as {wrong[0][1]}, their source as {wrong[0][0]}",
             ),
         )
     out = []
-    for name in ("decode", "gop", "duration", "psnr", "sha256"):
+    for name in ("decode", "gop", "duration", "psnr", "colour", "sha256"):
         if name in problems:
             reason, detail = problems[name]
             out.append(CheckOutcome(name, False, reason, detail, observed[name]))
@@ -164,13 +184,14 @@ def check_clips(
     return out
 
 
-def _psnr(
+def _compare(
     source: Path,
     manifest: dict[str, Any],
     options: TranscodeOptions,
-    sampled: dict[tuple[int, int], np.ndarray],
-) -> list[float]:
-    """PSNR of the sampled clip frames against the normalised source frames they were encoded from."""
+    sampled: dict[tuple[int, int], Sample],
+) -> tuple[list[tuple[float, float]], set[tuple[str, str]]]:
+    """Luma and chroma PSNR of the sampled clip frames against the normalised source frames they were
+    encoded from, and the pairs of colours (the source frame's, the clip frame's) they are read as."""
     raw = dict(manifest["analysis"])
     raw["scene_cuts_s"] = tuple(raw["scene_cuts_s"])
     raw["crop"] = tuple(raw["crop"]) if raw["crop"] else None
@@ -180,6 +201,7 @@ def _psnr(
     plans = [ClipPlan(c["index"], c["start_s"], c["end_s"]) for c in manifest["clips"]]
     position: dict[int, int] = {}
     values = []
+    colours = set()
     for frame in normalised_frames(source, analysis, options):
         t = float(frame.time or 0.0)
         index = clip_of(plans, t)
@@ -188,8 +210,10 @@ def _psnr(
         k = position.get(index, 0)
         position[index] = k + 1
         picture = sampled.get((index, k))
-        if picture is not None and picture.shape == (frame.height, frame.width):
+        if picture is not None and picture.planes[0].shape == (frame.height, frame.width):
             # the frame as the writer gave it to the encoder: limited range (a full-range source's
             # normalised frames are full range, and compared as they are gave 30 dB for a clean clip)
-            values.append(psnr_db(luma(encoder_picture(frame, frame.width, frame.height)), picture))
-    return values
+            reference = Sample.of(encoder_picture(frame, frame.width, frame.height))
+            values.append(picture.psnr(reference))
+            colours.add((reference.colours, picture.colours))
+    return values, colours

@@ -9,7 +9,11 @@ Each check returns a :class:`CheckOutcome` (recorded by the ``quality_post`` ste
 * ``duration`` – first-to-last frame span equals the source's within the tolerance (``duration_mismatch``);
 * ``gop`` – the bitstream's frame types, keyframe interval and reference flags are the profile's, and the
   frame table the sample reader trusts says the same (``gop_mismatch``);
-* ``psnr`` – sampled frames against the source frames of the same stamp (``psnr_below_threshold``);
+* ``psnr`` – sampled frames against the source frames of the same stamp, luma and chroma
+  (``psnr_below_threshold``);
+* ``colour`` – the sampled frames are read as the colours their source frames are: the same matrix and
+  range, as tagged, untagged read as BT.601 limited range (``colour_mismatch``); PSNR compares samples, so
+  a picture whose samples are right but whose tags say another matrix passes it and fails here;
 * ``resample`` – resampled streams on the fixed-rate grid and equal to the source interpolated there, the
   native streams complete (``resample_error``);
 * ``sha256`` – the output's digest, and equal to the recorded one when given (``transcode_failed``).
@@ -27,6 +31,7 @@ from typing import Any
 
 import av
 import numpy as np
+from av.video.reformatter import ColorRange
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 from mcap.reader import make_reader
 
@@ -100,14 +105,69 @@ def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
     return PSNR_IDENTICAL_DB if mse == 0 else min(PSNR_IDENTICAL_DB, 10 * math.log10(255.0**2 / mse))
 
 
-def luma(frame: av.VideoFrame) -> np.ndarray:
-    """The Y plane of a yuv420p frame, without the line padding."""
-    plane = frame.planes[0]
+def _plane(frame: av.VideoFrame, k: int) -> np.ndarray:
+    plane = frame.planes[k]
     return (
         np.frombuffer(memoryview(plane), np.uint8)
-        .reshape(frame.height, plane.line_size)[:, : frame.width]
+        .reshape(plane.height, plane.line_size)[:, : plane.width]
         .copy()
     )
+
+
+def luma(frame: av.VideoFrame) -> np.ndarray:
+    """The Y plane of a yuv420p frame, without the line padding."""
+    return _plane(frame, 0)
+
+
+#: How readers (FFmpeg, PyAV, lerobot) take a picture's matrix (AVColorSpace): untagged as BT.601, like
+#: both of BT.601's tags.
+_MATRICES = {
+    0: "rgb",
+    1: "bt709",
+    2: "bt601",
+    4: "fcc",
+    5: "bt601",
+    6: "bt601",
+    7: "smpte240m",
+    8: "ycgco",
+    9: "bt2020nc",
+    10: "bt2020c",
+}
+
+
+def read_as(frame: av.VideoFrame) -> str:
+    """The colours a reader takes ``frame``'s samples for: its matrix and range as tagged, an untagged one
+    read as BT.601 limited range."""
+    space = int(frame.colorspace)
+    matrix = _MATRICES.get(space, f"matrix {space}")
+    return f"{matrix} {'full' if frame.color_range == ColorRange.JPEG else 'limited'} range"
+
+
+def below_threshold(luma_db: float, chroma_db: float, threshold_db: float) -> str | None:
+    """What of a picture's lowest luma and chroma PSNR is below ``threshold_db``, said for a reason's
+    detail, or ``None``."""
+    low = [
+        f"{what} {db:.2f} dB" for what, db in (("luma", luma_db), ("chroma", chroma_db)) if db < threshold_db
+    ]
+    return f"{' and '.join(low)}, threshold {threshold_db} dB" if low else None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What the post-gates keep of a sampled yuv420p picture: its planes (no line padding) and what their
+    values mean (:func:`read_as`)."""
+
+    planes: tuple[np.ndarray, np.ndarray, np.ndarray]
+    colours: str
+
+    @classmethod
+    def of(cls, frame: av.VideoFrame) -> Sample:
+        return cls((_plane(frame, 0), _plane(frame, 1), _plane(frame, 2)), read_as(frame))
+
+    def psnr(self, reference: Sample) -> tuple[float, float]:
+        """Luma PSNR and the lower chroma PSNR against ``reference``, a picture of the same size."""
+        y, cb, cr = (psnr_db(a, b) for a, b in zip(self.planes, reference.planes, strict=True))
+        return y, min(cb, cr)
 
 
 def _read_output(path: Path) -> _Output:
@@ -184,6 +244,7 @@ def _video_checks(
     duration_obs: dict[str, Any] = {}
     gop_obs: dict[str, Any] = {}
     psnr_obs: dict[str, Any] = {}
+    colour_obs: dict[str, Any] = {}
     failures: dict[str, tuple[ReasonCode, str]] = {}
     for camera in src.cameras:
         got = out.cameras.get(camera.name)
@@ -196,7 +257,7 @@ def _video_checks(
         n = len(got.units)
         display = sorted(range(n), key=lambda i: got.pts_ns[i])
         sampled = {display[round(k)] for k in np.linspace(0, n - 1, min(post.psnr_sample_frames, n))}
-        out_luma: dict[int, np.ndarray] = {}
+        out_samples: dict[int, Sample] = {}
         pict_types: dict[int, str] = {}
         size = None
         try:
@@ -207,7 +268,7 @@ def _video_checks(
                 pict_types[timestamp(frame)] = _picture_type(frame)
                 size = (frame.width, frame.height)
                 if timestamp(frame) in sampled:
-                    out_luma[timestamp(frame)] = luma(frame)
+                    out_samples[timestamp(frame)] = Sample.of(frame)
         except TranscodeInputError as exc:
             failures.setdefault("decode", (ReasonCode.DECODE_ERROR, str(exc)))
             continue
@@ -287,30 +348,47 @@ def _video_checks(
             else:
                 why = "the sluice.frames table does not match the bitstream"
             failures.setdefault("gop", (ReasonCode.GOP_MISMATCH, f"camera {camera.name}: {why}"))
-        # PSNR of the sampled frames against the source frames with the same stamp
+        # PSNR of the sampled frames against the source frames with the same stamp, and the colours both
+        # are read as
         index_of = {stamp: i for i, stamp in enumerate(camera.stamps_ns)}
-        wanted = {index_of[got.pts_ns[p]]: p for p in out_luma if got.pts_ns[p] in index_of}
-        values = []
+        wanted = {index_of[got.pts_ns[p]]: p for p in out_samples if got.pts_ns[p] in index_of}
+        values: list[tuple[float, float]] = []
+        colours: set[tuple[str, str]] = set()
         if size is not None and wanted:
             for frame in camera.frames.decode(what=f"source camera {camera.name}"):
                 p = wanted.get(timestamp(frame))
                 if p is None:
                     continue
                 # the source as the encoder was given it: scaled, limited-range yuv420p
-                frame = encoder_picture(frame, *size)
-                values.append(psnr_db(luma(frame), out_luma[p]))
+                reference = Sample.of(encoder_picture(frame, *size))
+                values.append(out_samples[p].psnr(reference))
+                colours.add((reference.colours, out_samples[p].colours))
         if values:
+            luma_db, chroma_db = (min(v) for v in zip(*values, strict=True))
             psnr_obs[camera.name] = {
-                "min_db": round(min(values), 3),
-                "mean_db": round(float(np.mean(values)), 3),
+                "min_db": round(luma_db, 3),
+                "mean_db": round(float(np.mean([y for y, _ in values])), 3),
+                "chroma_min_db": round(chroma_db, 3),
                 "frames": len(values),
             }
-            if min(values) < post.min_psnr_db:
+            low = below_threshold(luma_db, chroma_db, post.min_psnr_db)
+            if low:
                 failures.setdefault(
                     "psnr",
+                    (ReasonCode.PSNR_BELOW_THRESHOLD, f"camera {camera.name}: {low} on a sampled frame"),
+                )
+            colour_obs[camera.name] = {
+                "source": sorted({s for s, _ in colours}),
+                "output": sorted({o for _, o in colours}),
+            }
+            wrong = sorted((s, o) for s, o in colours if s != o)
+            if wrong:
+                source_reads, output_reads = wrong[0]
+                failures.setdefault(
+                    "colour",
                     (
-                        ReasonCode.PSNR_BELOW_THRESHOLD,
-                        f"camera {camera.name}: {min(values):.2f} dB on a sampled frame, threshold {post.min_psnr_db} dB",
+                        ReasonCode.COLOUR_MISMATCH,
+                        f"camera {camera.name}: the output is read as {output_reads}, its source as {source_reads}",
                     ),
                 )
         else:
@@ -323,9 +401,10 @@ def _video_checks(
         "duration": duration_obs,
         "gop": gop_obs,
         "psnr": psnr_obs,
+        "colour": colour_obs,
     }
     results = []
-    for name in ("decode", "frame_count", "duration", "gop", "psnr"):
+    for name in ("decode", "frame_count", "duration", "gop", "psnr", "colour"):
         if name in failures:
             reason, detail = failures[name]
             results.append(failed_check(name, reason, detail, cameras=observed[name]))

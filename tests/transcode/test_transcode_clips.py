@@ -335,6 +335,48 @@ def test_a_real_bt709_video_keeps_its_colours(corpus_dir: Path, tmp_path: Path) 
     mean_made = made.to_ndarray(format="rgb24").mean(axis=(0, 1))
     mean_shown = shown.to_ndarray(format="rgb24").mean(axis=(0, 1))
     np.testing.assert_allclose(mean_made, mean_shown, atol=0.5)
+    outcomes = {o.name: o for o in check_clips(tmp_path, source, options(), QualityPost())}
+    assert all(o.passed for o in outcomes.values()), outcomes
+    assert outcomes["colour"].observed == {
+        "source": ["bt709 limited range"],
+        "output": ["bt709 limited range"],
+    }
+
+
+def _gradient_video(path: Path, *, bt709: bool) -> Path:
+    """Two seconds of a moving colour gradient, the same samples whether tagged BT.709 or untagged."""
+    y, x = np.mgrid[0:240, 0:320]
+    with av.open(str(path), "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 320, 240, "yuv420p"
+        if bt709:
+            stream.codec_context.colorspace = stream.codec_context.color_primaries = 1
+            stream.codec_context.color_trc = stream.codec_context.color_range = 1
+        stream.options = {"preset": "ultrafast", "g": "30", "bf": "0", "qp": "10"}
+        for i in range(60):
+            rgb = np.stack([(x + 3 * i) % 256, y, 255 - x * 255 // 320], axis=-1).astype(np.uint8)
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
+
+
+def test_the_post_gate_fails_clips_read_as_other_colours_than_their_source(tmp_path: Path) -> None:
+    """Clips of a BT.709 video judged against an untagged video of the same samples: PSNR passes them, but
+    read as BT.709 they show other colours than the untagged source does (the clips' own fault, the other
+    way round, before ab7330e)."""
+    tagged = _gradient_video(tmp_path / "bt709.mp4", bt709=True)
+    untagged = _gradient_video(tmp_path / "untagged.mp4", bt709=False)
+    transform_video(tagged, tmp_path / "out", options())
+    outcomes = {o.name: o for o in check_clips(tmp_path / "out", tagged, options(), QualityPost())}
+    assert all(o.passed for o in outcomes.values()), outcomes
+    outcomes = {o.name: o for o in check_clips(tmp_path / "out", untagged, options(), QualityPost())}
+    assert outcomes["colour"].reason is ReasonCode.COLOUR_MISMATCH
+    assert outcomes["colour"].detail == (
+        "the clips are read as bt709 limited range, their source as bt601 limited range"
+    )
+    assert outcomes["psnr"].passed, outcomes["psnr"]
 
 
 def test_a_full_range_video_comes_out_limited_range_and_passes_its_post_gate(tmp_path: Path) -> None:
@@ -377,3 +419,4 @@ def test_a_full_range_video_comes_out_limited_range_and_passes_its_post_gate(tmp
     outcomes = {o.name: o for o in check_clips(tmp_path / "out", source, options(), QualityPost())}
     assert all(o.passed for o in outcomes.values()), outcomes
     assert outcomes["psnr"].observed["min_db"] > 40, outcomes["psnr"].observed
+    assert outcomes["colour"].observed["output"] == ["bt709 limited range"]

@@ -13,8 +13,11 @@ from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 from mcap.records import Channel, Message
 from transcode_helpers import PROVENANCE, camera_messages, config_for, rewrite, write_source
 
+from pipeline.config import QualityPost
+from pipeline.enums import ReasonCode
 from pipeline.transcode import transcode_episode
 from pipeline.transcode.cameras import SCALE_INTERPOLATION
+from pipeline.transcode.postgate import check_episode
 
 FRONT = "/cam/front/h264"
 BT709 = 1  # AVColorSpace, AVColorPrimaries and AVColorTransferCharacteristic
@@ -94,3 +97,27 @@ def test_a_bt709_camera_keeps_its_colours(
     # here at most 0.3 levels at the same size and 0.9 scaled (an untagged camera's scaled transcode is off
     # by as much: the scaling, not the colours); swscale's conversion of the matrix gave about -2
     assert np.abs(bias).max() < 1.2, bias
+
+
+def test_the_post_gate_fails_an_output_read_as_other_colours_than_its_source(
+    bt709_source: Path, tmp_path: Path
+) -> None:
+    """The untagged camera's output judged against the BT.709 camera: the same samples, so PSNR passes
+    it, but read as BT.601 they are other colours (the transcode's own fault before ab7330e, which no
+    check caught). The BT.709 camera's own output passes."""
+    config = config_for("vla")
+    kept = transcode_episode(bt709_source, tmp_path / "kept.mcap", config, PROVENANCE)
+    outcomes = {o.name: o for o in check_episode(kept.path, bt709_source, config, QualityPost())}
+    assert outcomes["colour"].passed, outcomes["colour"]
+    assert outcomes["colour"].observed["cameras"]["front"] == {
+        "source": ["bt709 limited range"],
+        "output": ["bt709 limited range"],
+    }
+    untagged_source = bt709_source.with_name("source.mcap")
+    untagged = transcode_episode(untagged_source, tmp_path / "untagged.mcap", config, PROVENANCE)
+    outcomes = {o.name: o for o in check_episode(untagged.path, bt709_source, config, QualityPost())}
+    assert outcomes["colour"].reason is ReasonCode.COLOUR_MISMATCH
+    assert outcomes["colour"].detail == (
+        "camera front: the output is read as bt601 limited range, its source as bt709 limited range"
+    )
+    assert outcomes["psnr"].passed, outcomes["psnr"]

@@ -31,9 +31,24 @@ def test_a_clean_transcode_passes_every_check(
     outcomes = by_name(
         check_episode(result.path, source_episode, config_for(profile), POST, expected_sha256=result.sha256)
     )
-    assert set(outcomes) == {"decode", "frame_count", "duration", "gop", "psnr", "resample", "sha256"}
+    assert set(outcomes) == {
+        "decode",
+        "frame_count",
+        "duration",
+        "gop",
+        "psnr",
+        "colour",
+        "resample",
+        "sha256",
+    }
     assert all(o.passed for o in outcomes.values()), [o for o in outcomes.values() if not o.passed]
-    assert outcomes["psnr"].observed["cameras"]["front"]["min_db"] >= POST.min_psnr_db
+    psnr = outcomes["psnr"].observed["cameras"]["front"]
+    assert psnr["min_db"] >= POST.min_psnr_db and psnr["chroma_min_db"] >= POST.min_psnr_db
+    # an untagged camera, read as BT.601 limited range on both sides
+    assert outcomes["colour"].observed["cameras"]["front"] == {
+        "source": ["bt601 limited range"],
+        "output": ["bt601 limited range"],
+    }
     assert outcomes["sha256"].observed["sha256"] == result.sha256
 
 
