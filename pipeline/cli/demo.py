@@ -136,6 +136,8 @@ def _drop_configs(vendors: dict[str, Any], *, episodes: int, seconds: float) -> 
                 clips=episodes,
                 seconds=seconds,
                 defects=tuple(VideoDefect(d) for d in VIDEO_DEFECTS),
+                # tagged BT.709, as HD vendor footage is: the clips must say so, or readers shift its colours
+                colour="bt709",
             )
     return configs
 

@@ -185,12 +185,15 @@ def video(
     preset: Annotated[str, typer.Option(help="x264 preset.")] = "veryfast",
     crf: _Crf = 23,
     sidecars: Annotated[bool, typer.Option(help="Write <clip>.meta.json beside each clip.")] = True,
+    colour: Annotated[
+        str, typer.Option(help="bt601 (untagged, as SD cameras) or bt709 (tagged, as HD cameras and phones).")
+    ] = "bt601",
     jobs: _Jobs = None,
 ) -> None:
     """Write MP4 (H.264) vendor clips with the frame index drawn in into OUT."""
     values = dict(
         clips=clips, seconds=seconds, fps=fps, seed=seed, defects=_defects(defect, VIDEO_DEFECT_NAMES),
         target_size_bytes=_size(size), width=width, height=height, scene_cuts=scene_cuts, preset=preset,
-        crf=crf, sidecars=sidecars,
+        crf=crf, sidecars=sidecars, colour=colour,
     )  # fmt: skip
     _run("video", out, values, jobs or _default_jobs())

@@ -660,6 +660,14 @@ class QualityPost(FrozenModel):
         json_schema_extra=controls((Gate.POST, "psnr", R.PSNR_BELOW_THRESHOLD)),
     )
     psnr_sample_frames: int = Field(default=8, ge=1, description="Frames per camera compared for PSNR.")
+    # An encode moves a picture's mean Cb or Cr by at most 0.85 levels (every camera family, profile and
+    # scaling measured, docs/episodes.md); a cast a viewer sees moves it by several.
+    max_chroma_shift_levels: float = Field(
+        default=2.0,
+        ge=0,
+        description="Largest shift of a sampled frame's mean Cb or Cr against the source's (8-bit levels).",
+        json_schema_extra=controls((Gate.POST, "colour", R.COLOUR_MISMATCH)),
+    )
     frame_count_tolerance_frames: int = Field(
         default=0,
         ge=0,

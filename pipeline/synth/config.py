@@ -14,7 +14,7 @@ from pipeline.synth.flavors import FLAVOR_NAMES
 from pipeline.synth.footage import check_footage
 from pipeline.synth.robot import Compression, EpisodeMedia
 from pipeline.synth.scene import check_frame_size
-from pipeline.synth.video import ClipMedia
+from pipeline.synth.video import ClipColour, ClipMedia
 
 
 class RobotDropConfig(BaseModel):
@@ -100,6 +100,9 @@ class VideoDropConfig(BaseModel):
     sidecars: bool = Field(True, description="Write a <clip>.meta.json beside each clip.")
     defects: tuple[VideoDefect, ...] = ()
     target_size_bytes: int | None = Field(None, ge=1)
+    colour: ClipColour = Field(
+        "bt601", description="bt601: untagged (read as BT.601); bt709: tagged BT.709, as HD cameras record."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> VideoDropConfig:
@@ -117,7 +120,9 @@ class VideoDropConfig(BaseModel):
         h264 = H264Settings(
             preset=self.preset, crf=self.crf, gop_frames=self.gop_frames, bframes=self.bframes
         )
-        return ClipMedia(width=self.width, height=self.height, fps=self.frame_rate, h264=h264)
+        return ClipMedia(
+            width=self.width, height=self.height, fps=self.frame_rate, h264=h264, colour=self.colour
+        )
 
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
+from typing import Literal
 
 import av
+import av.video.codeccontext
 import numpy as np
 
 from pipeline.media.framecode import FrameCode
@@ -32,6 +34,18 @@ CREATION_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.000000Z"
 AV_FIELD_TT = 2
 
 
+ClipColour = Literal["bt601", "bt709"]
+#: AVColorSpace, AVColorPrimaries and AVColorTransferCharacteristic of BT.709 (all 1), AVColorRange MPEG.
+_BT709, _LIMITED = 1, 1
+
+
+def tag_colours(context: av.video.codeccontext.VideoCodecContext, colour: ClipColour) -> None:
+    """Say ``colour`` in the encoder's VUI (and so in the MP4's ``colr`` box); BT.601 stays untagged."""
+    if colour == "bt709":
+        context.colorspace = context.color_primaries = context.color_trc = _BT709
+        context.color_range = _LIMITED
+
+
 @dataclass(frozen=True)
 class ClipMedia:
     """How the vendor's clips are encoded; the same for every clip of a drop."""
@@ -43,6 +57,10 @@ class ClipMedia:
     h264: H264Settings = field(
         default_factory=lambda: H264Settings(preset="veryfast", gop_frames=60, bframes=2)
     )
+    #: What the stream says its samples mean: ``bt601`` writes no colour tags (read as BT.601, as SD
+    #: cameras record), ``bt709`` tags matrix, primaries and transfer BT.709, limited range (an HD camera or
+    #: phone). The samples are the same either way, so the colours a reader shows differ.
+    colour: ClipColour = "bt601"
 
 
 @dataclass(frozen=True)
@@ -119,6 +137,7 @@ def write_clip(path: Path, spec: ClipSpec, media: ClipMedia, tweaks: ClipTweaks 
         stream.height = h
         stream.pix_fmt = "yuv420p"
         stream.codec_context.thread_count = X264_THREADS
+        tag_colours(stream.codec_context, media.colour)
         stream.options = dict[str, object](settings.x264_options())
         if tweaks.interlaced:
             stream.codec_context.field_order = AV_FIELD_TT
@@ -178,6 +197,9 @@ def reencode_clip(src: Path, dst: Path, *, scale: float, crf: int, gop_frames: i
         stream.width = max(2, int(source.codec_context.width * scale) // 2 * 2)
         stream.height = max(2, int(source.codec_context.height * scale) // 2 * 2)
         stream.pix_fmt = "yuv420p"
+        # the copy says what the original says: the same footage, shown in the same colours
+        for tag in ("colorspace", "color_primaries", "color_trc", "color_range"):
+            setattr(stream.codec_context, tag, getattr(source.codec_context, tag))
         frame_time = Fraction(1) / Fraction(rate)
         stream.options = {"crf": str(crf), "g": str(gop_frames), "bf": "0", "threads": str(X264_THREADS)}
         for frame in inp.decode(source):

@@ -171,6 +171,65 @@ def make_encoder(width: int, height: int, rate: Fraction, settings: EncoderSetti
 #: one swscale does not know) gives BT.601, which readers take untagged video for.
 KEPT_MATRICES = {1: Colorspace.ITU709, 4: Colorspace.FCC, 7: Colorspace.SMPTE240M, 9: Colorspace.BT2020}
 
+#: The matrix readers (FFmpeg, PyAV, lerobot) take a YUV picture's samples in, by its AVColorSpace tag:
+#: untagged as BT.601, like both of BT.601's own tags.
+MATRIX_NAMES = {
+    0: "rgb",
+    1: "bt709",
+    2: "bt601",
+    4: "fcc",
+    5: "bt601",
+    6: "bt601",
+    7: "smpte240m",
+    8: "ycgco",
+    9: "bt2020nc",
+    10: "bt2020c",
+}
+#: The matrices a YUV camera or video may be recorded in: BT.601 (or none named), converted from nothing,
+#: and the kept ones.
+TRANSCODABLE_MATRICES = frozenset({"bt601", *(MATRIX_NAMES[k] for k in KEPT_MATRICES)})
+
+
+def colour_matrix(frame: av.VideoFrame) -> str:
+    """The matrix a reader takes ``frame``'s samples in (:data:`MATRIX_NAMES`); for a picture that has
+    none (RGB: a PNG, a raw rgb8 or Bayer image; gray; a palette), the one it is converted to YUV with,
+    BT.601 (:func:`encoder_picture`)."""
+    fmt = frame.format
+    if fmt.is_rgb or fmt.has_palette or len(fmt.components) < 3:
+        return "bt601"
+    space = int(frame.colorspace)
+    return MATRIX_NAMES.get(space, f"matrix {space}")
+
+
+class MatrixGuard:
+    """Refuses what the transcode cannot show in the source's colours: a first picture in a matrix it can
+    neither keep nor convert (YCgCo, BT.2020 constant luminance: ``unsupported_encoding``), and a matrix
+    that changes mid-stream (``colour_mismatch``), whose output, tagged once, would show part of the
+    stream in other colours. Range changes are fine: every picture's range is converted."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.first = ""
+        self.pictures = 0
+
+    def check(self, frame: av.VideoFrame) -> None:
+        matrix = colour_matrix(frame)
+        if self.pictures == 0:
+            self.first = matrix
+            if matrix not in TRANSCODABLE_MATRICES:
+                raise TranscodeInputError(
+                    ReasonCode.UNSUPPORTED_ENCODING,
+                    f"{self.what}: its pictures name the colour matrix {matrix}, which the transcode can "
+                    f"neither keep nor convert (it keeps {', '.join(sorted(TRANSCODABLE_MATRICES))})",
+                )
+        elif matrix != self.first:
+            raise TranscodeInputError(
+                ReasonCode.COLOUR_MISMATCH,
+                f"{self.what}: picture {self.pictures} names the colour matrix {matrix}, the stream began in "
+                f"{self.first}; a matrix change mid-stream is not supported",
+            )
+        self.pictures += 1
+
 
 def tag_colour(encoder: VideoCodecContext, frame: av.VideoFrame) -> None:
     """Say in the output (the H.264/H.265 VUI) the matrix, primaries and transfer of a camera that names a
@@ -246,7 +305,9 @@ def encode_camera(job: CameraJob) -> EncodedCamera:
     # source unit each frame came from (different when the source itself had B-frames).
     source_of: list[int] = []
     pictures = _decoded(job)
+    matrices = MatrixGuard(f"camera {job.name}")
     for frame in prefetched(pictures) if job.prefetch else pictures:
+        matrices.check(frame)
         if encoder is None:
             source_width, source_height = frame.width, frame.height
             width, height = fit_size(frame.width, frame.height, job.settings.max_pixels)

@@ -4,8 +4,8 @@
 * ``gop`` – keyframes exactly every ``gop_frames`` frames, picture types the profile's;
 * ``duration`` – constant frame rate, and each clip between the minimum and maximum clip length;
 * ``psnr`` – sampled clip frames against the same normalised source frames, luma and chroma;
-* ``colour`` – the sampled clip frames are read as the colours of their source frames (matrix and range,
-  :func:`~pipeline.transcode.postgate.read_as`);
+* ``colour`` – the sampled clip frames show the source's colours: read in the matrix the source names,
+  mean chroma within ``max_chroma_shift_levels`` (see :mod:`pipeline.transcode.postgate`);
 * ``sha256`` – each clip's digest equals the manifest's.
 
 Clips are decoded frame by frame, keeping only picture types, frame times and the sampled frames.
@@ -24,11 +24,18 @@ import numpy as np
 
 from pipeline.config import ClipOptions, QualityPost, TranscodeOptions
 from pipeline.enums import ReasonCode
-from pipeline.transcode.cameras import encoder_picture
+from pipeline.transcode.cameras import colour_matrix, encoder_picture
 from pipeline.transcode.clips import Analysis, ClipPlan, clip_of, normalised_frames, read_manifest
 from pipeline.transcode.h264 import avcc_entropy_coders, coder_mismatch
 from pipeline.transcode.h265 import hvcc_has_parameter_sets
-from pipeline.transcode.postgate import CheckOutcome, Sample, below_threshold, failed_check
+from pipeline.transcode.postgate import (
+    CheckOutcome,
+    ColourFindings,
+    Comparison,
+    Sample,
+    below_threshold,
+    failed_check,
+)
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
 from pipeline.transcode.publish import sha256_file
 
@@ -149,8 +156,8 @@ def check_clips(
                 (ReasonCode.TRANSCODE_FAILED, f"{name}: sha256 {digest}, manifest {entry['sha256']}"),
             )
     values, colours = _compare(source, manifest, options, sampled)
-    luma_db = min((y for y, _ in values), default=None)
-    chroma_db = min((c for _, c in values), default=None)
+    luma_db = min((v.luma_db for v in values), default=None)
+    chroma_db = min((v.chroma_db for v in values), default=None)
     observed["psnr"] = {"frames": len(values), "min_db": luma_db, "chroma_min_db": chroma_db}
     low = (
         below_threshold(luma_db, chroma_db, post.min_psnr_db)
@@ -161,19 +168,10 @@ def check_clips(
         problems.setdefault(
             "psnr", (ReasonCode.PSNR_BELOW_THRESHOLD, f"lowest sampled PSNR: {low or 'no frame compared'}")
         )
-    observed["colour"] = {
-        "source": sorted({s for s, _ in colours}),
-        "output": sorted({o for _, o in colours}),
-    }
-    wrong = sorted((s, o) for s, o in colours if s != o)
+    observed["colour"] = colours.observed()
+    wrong = colours.problem(post.max_chroma_shift_levels)
     if wrong:
-        problems.setdefault(
-            "colour",
-            (
-                ReasonCode.COLOUR_MISMATCH,
-                f"the clips are read as {wrong[0][1]}, their source as {wrong[0][0]}",
-            ),
-        )
+        problems.setdefault("colour", (ReasonCode.COLOUR_MISMATCH, f"clips {wrong}"))
     out = []
     for name in ("decode", "gop", "duration", "psnr", "colour", "sha256"):
         if name in problems:
@@ -189,9 +187,12 @@ def _compare(
     manifest: dict[str, Any],
     options: TranscodeOptions,
     sampled: dict[tuple[int, int], Sample],
-) -> tuple[list[tuple[float, float]], set[tuple[str, str]]]:
-    """Luma and chroma PSNR of the sampled clip frames against the normalised source frames they were
-    encoded from, and the pairs of colours (the source frame's, the clip frame's) they are read as."""
+) -> tuple[list[Comparison], ColourFindings]:
+    """The sampled clip frames against the normalised source frames they were encoded from, and their
+    colours against the source's, as its first picture names them, read without the filter graph the
+    clips were made through (the transform refuses a source whose matrix changes later)."""
+    with av.open(str(source)) as container:
+        source_matrix = colour_matrix(next(container.decode(video=0)))
     raw = dict(manifest["analysis"])
     raw["scene_cuts_s"] = tuple(raw["scene_cuts_s"])
     raw["crop"] = tuple(raw["crop"]) if raw["crop"] else None
@@ -201,7 +202,7 @@ def _compare(
     plans = [ClipPlan(c["index"], c["start_s"], c["end_s"]) for c in manifest["clips"]]
     position: dict[int, int] = {}
     values = []
-    colours = set()
+    colours = ColourFindings()
     for frame in normalised_frames(source, analysis, options):
         t = float(frame.time or 0.0)
         index = clip_of(plans, t)
@@ -213,7 +214,7 @@ def _compare(
         if picture is not None and picture.planes[0].shape == (frame.height, frame.width):
             # the frame as the writer gave it to the encoder: limited range (a full-range source's
             # normalised frames are full range, and compared as they are gave 30 dB for a clean clip)
-            reference = Sample.of(encoder_picture(frame, frame.width, frame.height))
-            values.append(picture.psnr(reference))
-            colours.add((reference.colours, picture.colours))
+            comparison = picture.compare(Sample.of(encoder_picture(frame, frame.width, frame.height)))
+            values.append(comparison)
+            colours.add(source_matrix, picture.matrix, comparison)
     return values, colours

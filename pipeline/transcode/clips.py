@@ -36,7 +36,7 @@ from av.video.stream import VideoStream
 from pipeline.config import ClipOptions, TranscodeOptions
 from pipeline.enums import ReasonCode
 from pipeline.media.x264 import X264_THREADS
-from pipeline.transcode.cameras import encoder_picture, tag_colour
+from pipeline.transcode.cameras import MatrixGuard, encoder_picture, tag_colour
 from pipeline.transcode.errors import OutputVerifyError, TranscodeInputError
 from pipeline.transcode.profiles import EncoderSettings, fit_size
 from pipeline.transcode.publish import publish, sha256_file, staged, staging_path
@@ -123,8 +123,10 @@ def _run_graph(source: Path, make_chain: Any) -> Iterator[av.VideoFrame]:
         stream = container.streams.video[0]
         stream.codec_context.thread_count = 1
         graph = None
+        matrices = MatrixGuard(source.name)  # the graph's source names the first picture's matrix
         try:
             for frame in container.decode(stream):
+                matrices.check(frame)
                 if graph is None:
                     graph = av.filter.Graph()
                     node = _buffer(graph, stream, frame)

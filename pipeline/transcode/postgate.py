@@ -11,9 +11,11 @@ Each check returns a :class:`CheckOutcome` (recorded by the ``quality_post`` ste
   frame table the sample reader trusts says the same (``gop_mismatch``);
 * ``psnr`` – sampled frames against the source frames of the same stamp, luma and chroma
   (``psnr_below_threshold``);
-* ``colour`` – the sampled frames are read as the colours their source frames are: the same matrix and
-  range, as tagged, untagged read as BT.601 limited range (``colour_mismatch``); PSNR compares samples, so
-  a picture whose samples are right but whose tags say another matrix passes it and fails here;
+* ``colour`` – the sampled frames show their source frames' colours (``colour_mismatch``): a reader takes
+  each in the matrix its source picture names (as tagged, untagged as BT.601; an RGB or gray source's, the
+  BT.601 it is converted with), and its mean Cb and Cr are within ``max_chroma_shift_levels`` of the
+  source's. PSNR compares samples: an output whose samples are right but whose tags name another matrix
+  passes it, and a cast of a few levels over the whole picture costs little of it;
 * ``resample`` – resampled streams on the fixed-rate grid and equal to the source interpolated there, the
   native streams complete (``resample_error``);
 * ``sha256`` – the output's digest, and equal to the recorded one when given (``transcode_failed``).
@@ -27,11 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import av
 import numpy as np
-from av.video.reformatter import ColorRange
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 from mcap.reader import make_reader
 
@@ -39,7 +40,7 @@ from pipeline.config import QualityPost
 from pipeline.enums import CheckStatus, ReasonCode
 from pipeline.transcode import layout
 from pipeline.transcode.bitstream import unit_info
-from pipeline.transcode.cameras import decode_units, encoder_picture, timestamp
+from pipeline.transcode.cameras import colour_matrix, decode_units, encoder_picture, timestamp
 from pipeline.transcode.errors import TranscodeInputError
 from pipeline.transcode.h264 import coder_mismatch, frame_letter
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
@@ -119,30 +120,6 @@ def luma(frame: av.VideoFrame) -> np.ndarray:
     return _plane(frame, 0)
 
 
-#: How readers (FFmpeg, PyAV, lerobot) take a picture's matrix (AVColorSpace): untagged as BT.601, like
-#: both of BT.601's tags.
-_MATRICES = {
-    0: "rgb",
-    1: "bt709",
-    2: "bt601",
-    4: "fcc",
-    5: "bt601",
-    6: "bt601",
-    7: "smpte240m",
-    8: "ycgco",
-    9: "bt2020nc",
-    10: "bt2020c",
-}
-
-
-def read_as(frame: av.VideoFrame) -> str:
-    """The colours a reader takes ``frame``'s samples for: its matrix and range as tagged, an untagged one
-    read as BT.601 limited range."""
-    space = int(frame.colorspace)
-    matrix = _MATRICES.get(space, f"matrix {space}")
-    return f"{matrix} {'full' if frame.color_range == ColorRange.JPEG else 'limited'} range"
-
-
 def below_threshold(luma_db: float, chroma_db: float, threshold_db: float) -> str | None:
     """What of a picture's lowest luma and chroma PSNR is below ``threshold_db``, said for a reason's
     detail, or ``None``."""
@@ -154,20 +131,63 @@ def below_threshold(luma_db: float, chroma_db: float, threshold_db: float) -> st
 
 @dataclass(frozen=True)
 class Sample:
-    """What the post-gates keep of a sampled yuv420p picture: its planes (no line padding) and what their
-    values mean (:func:`read_as`)."""
+    """What the post-gates keep of a sampled yuv420p picture: its planes (no line padding) and the matrix
+    a reader takes them in (:func:`~pipeline.transcode.cameras.colour_matrix`)."""
 
     planes: tuple[np.ndarray, np.ndarray, np.ndarray]
-    colours: str
+    matrix: str
 
     @classmethod
     def of(cls, frame: av.VideoFrame) -> Sample:
-        return cls((_plane(frame, 0), _plane(frame, 1), _plane(frame, 2)), read_as(frame))
+        return cls((_plane(frame, 0), _plane(frame, 1), _plane(frame, 2)), colour_matrix(frame))
 
-    def psnr(self, reference: Sample) -> tuple[float, float]:
-        """Luma PSNR and the lower chroma PSNR against ``reference``, a picture of the same size."""
+    def compare(self, reference: Sample) -> Comparison:
+        """This picture against ``reference``, one of the same size."""
         y, cb, cr = (psnr_db(a, b) for a, b in zip(self.planes, reference.planes, strict=True))
-        return y, min(cb, cr)
+        shift = max(
+            abs(float(a.mean(dtype=np.float64)) - float(b.mean(dtype=np.float64)))
+            for a, b in zip(self.planes[1:], reference.planes[1:], strict=True)
+        )
+        return Comparison(y, min(cb, cr), shift)
+
+
+class Comparison(NamedTuple):
+    """An output picture against the source picture the encoder was given: luma PSNR, the lower chroma
+    PSNR, and the larger shift of the mean Cb or Cr (8-bit levels; an encode's errors average out over a
+    picture, a colour cast does not)."""
+
+    luma_db: float
+    chroma_db: float
+    chroma_shift: float
+
+
+@dataclass
+class ColourFindings:
+    """What the ``colour`` check finds over one camera's (or one video's clips') sampled pictures: the
+    matrix of each source picture and of its output picture, and the largest chroma shift."""
+
+    pairs: set[tuple[str, str]] = field(default_factory=set)
+    chroma_shift: float = 0.0
+
+    def add(self, source_matrix: str, output_matrix: str, comparison: Comparison) -> None:
+        self.pairs.add((source_matrix, output_matrix))
+        self.chroma_shift = max(self.chroma_shift, comparison.chroma_shift)
+
+    def observed(self) -> dict[str, Any]:
+        return {
+            "source": sorted({s for s, _ in self.pairs}),
+            "output": sorted({o for _, o in self.pairs}),
+            "chroma_shift_max": round(self.chroma_shift, 3),
+        }
+
+    def problem(self, max_shift: float) -> str | None:
+        """Why the output shows other colours than its source, or ``None``."""
+        wrong = sorted((s, o) for s, o in self.pairs if s != o)
+        if wrong:
+            return f"read in the {wrong[0][1]} matrix, its source in {wrong[0][0]}"
+        if self.chroma_shift > max_shift:
+            return f"mean chroma shifted by {self.chroma_shift:.2f} levels on a sampled frame, at most {max_shift}"
+        return None
 
 
 def _read_output(path: Path) -> _Output:
@@ -352,22 +372,24 @@ def _video_checks(
         # are read as
         index_of = {stamp: i for i, stamp in enumerate(camera.stamps_ns)}
         wanted = {index_of[got.pts_ns[p]]: p for p in out_samples if got.pts_ns[p] in index_of}
-        values: list[tuple[float, float]] = []
-        colours: set[tuple[str, str]] = set()
+        values: list[Comparison] = []
+        colours = ColourFindings()
         if size is not None and wanted:
             for frame in camera.frames.decode(what=f"source camera {camera.name}"):
                 p = wanted.get(timestamp(frame))
                 if p is None:
                     continue
-                # the source as the encoder was given it: scaled, limited-range yuv420p
-                reference = Sample.of(encoder_picture(frame, *size))
-                values.append(out_samples[p].psnr(reference))
-                colours.add((reference.colours, out_samples[p].colours))
+                # the source as the encoder was given it: scaled, limited-range yuv420p; its colours as
+                # the source picture itself says them
+                comparison = out_samples[p].compare(Sample.of(encoder_picture(frame, *size)))
+                values.append(comparison)
+                colours.add(colour_matrix(frame), out_samples[p].matrix, comparison)
         if values:
-            luma_db, chroma_db = (min(v) for v in zip(*values, strict=True))
+            luma_db = min(v.luma_db for v in values)
+            chroma_db = min(v.chroma_db for v in values)
             psnr_obs[camera.name] = {
                 "min_db": round(luma_db, 3),
-                "mean_db": round(float(np.mean([y for y, _ in values])), 3),
+                "mean_db": round(float(np.mean([v.luma_db for v in values])), 3),
                 "chroma_min_db": round(chroma_db, 3),
                 "frames": len(values),
             }
@@ -377,20 +399,10 @@ def _video_checks(
                     "psnr",
                     (ReasonCode.PSNR_BELOW_THRESHOLD, f"camera {camera.name}: {low} on a sampled frame"),
                 )
-            colour_obs[camera.name] = {
-                "source": sorted({s for s, _ in colours}),
-                "output": sorted({o for _, o in colours}),
-            }
-            wrong = sorted((s, o) for s, o in colours if s != o)
+            colour_obs[camera.name] = colours.observed()
+            wrong = colours.problem(post.max_chroma_shift_levels)
             if wrong:
-                source_reads, output_reads = wrong[0]
-                failures.setdefault(
-                    "colour",
-                    (
-                        ReasonCode.COLOUR_MISMATCH,
-                        f"camera {camera.name}: the output is read as {output_reads}, its source as {source_reads}",
-                    ),
-                )
+                failures.setdefault("colour", (ReasonCode.COLOUR_MISMATCH, f"camera {camera.name}: {wrong}"))
         else:
             failures.setdefault(
                 "psnr", (ReasonCode.PSNR_BELOW_THRESHOLD, f"camera {camera.name}: no frame to compare")

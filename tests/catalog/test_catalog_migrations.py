@@ -167,3 +167,31 @@ def test_0002_turns_version_aliases_into_versions_and_back(fresh_database_url) -
         assert paths == ["x.mcap", f"x.mcap#sha256={b[:16]}", f"y#sha256={a[:16]}"]
     finally:
         engine.dispose()
+
+
+def test_0004_refuses_to_go_back_while_a_row_holds_its_reason(fresh_database_url) -> None:
+    """Below 0004 the reason CHECKs no longer allow ``colour_mismatch``: the downgrade says which rows
+    hold it, and goes once none does."""
+    url = fresh_database_url()
+    migrate.upgrade(url)
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO vendors (name, kind, config_hash, config) VALUES ('v', 'mcap', 'h', '{}');"
+                    "INSERT INTO blobs (sha256, size_bytes, raw_uri) VALUES (repeat('ab', 32), 1, 'raw/x');"
+                    "INSERT INTO source_files (vendor_id, path, blob_id) VALUES (1, 'a.mcap', 1);"
+                    "INSERT INTO episodes (vendor_id, source_file_id, blob_id, kind, reasons) "
+                    "VALUES (1, 1, 1, 'mcap', ARRAY['colour_mismatch'])"
+                )
+            )
+        with pytest.raises(Exception, match=r"colour_mismatch \(episodes\.reasons: 1 row\(s\)\)"):
+            migrate.downgrade(url, "0003")
+        assert migrate.current(url) == "0004"
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE episodes SET reasons = '{}'"))
+        migrate.downgrade(url, "0003")
+        assert migrate.current(url) == "0003"
+    finally:
+        engine.dispose()

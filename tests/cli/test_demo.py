@@ -157,6 +157,23 @@ def test_demo_runs_every_vendor_dag_end_to_end_through_the_scheduler(
     broken_jpeg = next(k for k, f in generated.items() if f["defect"] == "corrupt_image")
     assert broken_jpeg[0] == "kestrel_ros2" and recorded[broken_jpeg]["reasons"] == ["decode_error"]
 
+    # The video vendor's BT.709 footage: every transcoded clip read as BT.709 by the post-gate, as its source.
+    engine = create_engine(catalog_url)
+    try:
+        with engine.connect() as db:
+            colours = db.execute(
+                text(
+                    "SELECT c.status, c.observed FROM check_results c JOIN episodes e ON e.id = c.episode_id "
+                    "JOIN vendors v ON v.id = e.vendor_id WHERE v.name = 'northwind_video' "
+                    "AND c.gate = 'quality_post' AND c.check_name = 'colour'"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    assert colours, "no clip's colours were checked"
+    for status, observed in colours:
+        assert status == "passed" and observed["output"] == ["bt709"], (status, observed)
+
     # Outputs: transcoded episodes and shards in the store, a manifest for the demo dataset.
     store = home / "store"
     assert list((store / "derived" / "transcode").rglob("episode.mcap"))

@@ -364,6 +364,16 @@ def min_psnr(i: Inputs) -> Crossing:
     return Crossing(run, vendor, lowest + 1, lowest - 1)
 
 
+def max_chroma_shift(i: Inputs) -> Crossing:
+    """A clean transcode moves the mean chroma a little (an encode's rounding): below that, it fails."""
+    vendor = acme()
+    run = post_gate(i.transcoded, i.post_source)
+    colour = next(o for o in run(vendor) if o.name == "colour")
+    largest = max(camera["chroma_shift_max"] for camera in colour.observed["cameras"].values())
+    assert largest > 0
+    return Crossing(run, vendor, largest / 2, largest + 1)
+
+
 def frame_count_tolerance(i: Inputs) -> Crossing:
     vendor = acme()
     run = post_gate(i.transcoded_short, i.post_source)
@@ -499,6 +509,7 @@ CROSSINGS: dict[tuple[str, ReasonCode], Callable[[Inputs], Crossing]] = {
     ("ingest.probe_timeout_s", R.PROBE_TIMEOUT): probe_timeout,
     ("ingest.probe_memory_bytes", R.PROBE_RESOURCE_LIMIT): probe_memory,
     ("quality.post.min_psnr_db", R.PSNR_BELOW_THRESHOLD): min_psnr,
+    ("quality.post.max_chroma_shift_levels", R.COLOUR_MISMATCH): max_chroma_shift,
     ("quality.post.frame_count_tolerance_frames", R.FRAME_COUNT_MISMATCH): frame_count_tolerance,
     ("quality.post.duration_tolerance_s", R.DURATION_MISMATCH): duration_tolerance,
     ("quality.post.max_resample_rmse", R.RESAMPLE_ERROR): resample_rmse,

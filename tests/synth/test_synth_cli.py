@@ -73,6 +73,31 @@ def test_video_command(tmp_path: Path) -> None:
     assert not list(out.glob("**/*.meta.json"))
 
 
+def test_video_command_writes_bt709_footage_and_its_copies_say_so(tmp_path: Path) -> None:
+    """``--colour bt709``: the clips (and a re-encoded copy) are tagged BT.709 limited range in the
+    bitstream, as HD footage is; the default writes them untagged."""
+    import av
+
+    def tags(drop: Path) -> set[tuple[int, int, int, int]]:
+        found = set()
+        for clip in drop.rglob("*.mp4"):
+            with av.open(str(clip)) as container:
+                frame = next(container.decode(video=0))
+            found.add((frame.colorspace, frame.color_primaries, frame.color_trc, frame.color_range))
+        return found
+
+    args = ["--clips", "1", "--seconds", "0.5", "--width", "64", "--height", "48", "--jobs", "1"]
+    result = runner.invoke(
+        app, ["video", str(tmp_path / "hd"), *args, "--colour", "bt709", "--defect", "reencoded"]
+    )
+    assert result.exit_code == 0, result.output
+    assert len(list((tmp_path / "hd").rglob("*.mp4"))) == 2 and tags(tmp_path / "hd") == {(1, 1, 1, 1)}
+    assert runner.invoke(app, ["video", str(tmp_path / "sd"), *args]).exit_code == 0
+    assert tags(tmp_path / "sd") == {(2, 2, 2, 0)}  # unspecified: read as BT.601
+    result = runner.invoke(app, ["video", str(tmp_path / "x"), *args, "--colour", "bt2020"])
+    assert isinstance(result.exception, ConfigError) and "'bt601' or 'bt709'" in str(result.exception)
+
+
 def test_bad_options_name_the_allowed_values(tmp_path: Path) -> None:
     result = runner.invoke(app, ["robot", str(tmp_path / "a"), "--defect", "bogus"])
     assert isinstance(result.exception, UnknownChoiceError) and "truncated" in str(result.exception)

@@ -337,46 +337,57 @@ def test_a_real_bt709_video_keeps_its_colours(corpus_dir: Path, tmp_path: Path) 
     np.testing.assert_allclose(mean_made, mean_shown, atol=0.5)
     outcomes = {o.name: o for o in check_clips(tmp_path, source, options(), QualityPost())}
     assert all(o.passed for o in outcomes.values()), outcomes
-    assert outcomes["colour"].observed == {
-        "source": ["bt709 limited range"],
-        "output": ["bt709 limited range"],
-    }
+    colour = outcomes["colour"].observed
+    assert (colour["source"], colour["output"]) == (["bt709"], ["bt709"])
 
 
-def _gradient_video(path: Path, *, bt709: bool) -> Path:
-    """Two seconds of a moving colour gradient, the same samples whether tagged BT.709 or untagged."""
-    y, x = np.mgrid[0:240, 0:320]
-    with av.open(str(path), "w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=30)
-        stream.width, stream.height, stream.pix_fmt = 320, 240, "yuv420p"
-        if bt709:
-            stream.codec_context.colorspace = stream.codec_context.color_primaries = 1
-            stream.codec_context.color_trc = stream.codec_context.color_range = 1
-        stream.options = {"preset": "ultrafast", "g": "30", "bf": "0", "qp": "10"}
-        for i in range(60):
-            rgb = np.stack([(x + 3 * i) % 256, y, 255 - x * 255 // 320], axis=-1).astype(np.uint8)
-            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
-            frame.pts = i
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode(None))
-    return path
+def test_the_post_gate_fails_clips_that_do_not_name_their_source_s_matrix(
+    corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clips' filter graph as it was before ab7330e (its source made from the stream, which names no
+    matrix): the BT.709 video's clips come out untagged, read as BT.601. PSNR compares samples and passes
+    them; the colour check reads the source's own first picture, not the graph, and fails them."""
+    from pipeline.transcode import clips
 
+    def old_buffer(
+        graph: av.filter.Graph, stream: av.video.stream.VideoStream, first: av.VideoFrame
+    ) -> object:
+        return graph.add_buffer(template=stream)
 
-def test_the_post_gate_fails_clips_read_as_other_colours_than_their_source(tmp_path: Path) -> None:
-    """Clips of a BT.709 video judged against an untagged video of the same samples: PSNR passes them, but
-    read as BT.709 they show other colours than the untagged source does (the clips' own fault, the other
-    way round, before ab7330e)."""
-    tagged = _gradient_video(tmp_path / "bt709.mp4", bt709=True)
-    untagged = _gradient_video(tmp_path / "untagged.mp4", bt709=False)
-    transform_video(tagged, tmp_path / "out", options())
-    outcomes = {o.name: o for o in check_clips(tmp_path / "out", tagged, options(), QualityPost())}
-    assert all(o.passed for o in outcomes.values()), outcomes
-    outcomes = {o.name: o for o in check_clips(tmp_path / "out", untagged, options(), QualityPost())}
+    monkeypatch.setattr(clips, "_buffer", old_buffer)  # in the transform and the post-gate's decode alike
+    source = corpus_dir / "video" / "internal_emulator_transformer_output_180_rotated.mp4"
+    transform_video(source, tmp_path, options())
+    outcomes = {o.name: o for o in check_clips(tmp_path, source, options(), QualityPost())}
     assert outcomes["colour"].reason is ReasonCode.COLOUR_MISMATCH
-    assert outcomes["colour"].detail == (
-        "the clips are read as bt709 limited range, their source as bt601 limited range"
-    )
+    assert outcomes["colour"].detail == "clips read in the bt601 matrix, its source in bt709"
     assert outcomes["psnr"].passed, outcomes["psnr"]
+
+
+def test_a_video_whose_matrix_changes_mid_stream_is_refused(tmp_path: Path) -> None:
+    """Untagged for a second, then BT.709: the clips, tagged once, would show part of it in other colours."""
+    source = tmp_path / "changes.h264"  # an Annex B stream: two recordings spliced, the second's SPS BT.709
+    red = av.VideoFrame.from_ndarray(np.full((48, 64, 3), (200, 40, 40), np.uint8), format="rgb24")
+    with open(source, "wb") as out:
+        for first, bt709 in ((0, False), (30, True)):
+            encoder = av.CodecContext.create("libx264", "w")
+            encoder.width, encoder.height, encoder.pix_fmt = 64, 48, "yuv420p"
+            encoder.time_base = Fraction(1, 30)
+            if bt709:
+                encoder.colorspace = encoder.color_primaries = encoder.color_trc = encoder.color_range = 1
+            encoder.options = {"preset": "ultrafast", "g": "10", "bf": "0"}
+            for i in [*range(first, first + 30), None]:
+                frame = None
+                if i is not None:
+                    frame = red.reformat(format="yuv420p")
+                    frame.pts = i
+                for packet in encoder.encode(frame):
+                    out.write(bytes(packet))
+    with av.open(str(source)) as container:
+        assert [f.colorspace for f in container.decode(video=0)][28:32] == [2, 2, 1, 1]  # the case
+    with pytest.raises(TranscodeInputError) as caught:
+        transform_video(source, tmp_path / "out", options())
+    assert caught.value.code is ReasonCode.COLOUR_MISMATCH
+    assert "picture 30 names the colour matrix bt709, the stream began in bt601" in str(caught.value)
 
 
 def test_a_full_range_video_comes_out_limited_range_and_passes_its_post_gate(tmp_path: Path) -> None:
@@ -419,4 +430,4 @@ def test_a_full_range_video_comes_out_limited_range_and_passes_its_post_gate(tmp
     outcomes = {o.name: o for o in check_clips(tmp_path / "out", source, options(), QualityPost())}
     assert all(o.passed for o in outcomes.values()), outcomes
     assert outcomes["psnr"].observed["min_db"] > 40, outcomes["psnr"].observed
-    assert outcomes["colour"].observed["output"] == ["bt709 limited range"]
+    assert outcomes["colour"].observed["output"] == ["bt709"]

@@ -3,6 +3,7 @@ values and the output says the matrix, which untagged would be read as BT.601.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,12 +16,14 @@ from transcode_helpers import PROVENANCE, camera_messages, config_for, rewrite, 
 
 from pipeline.config import QualityPost
 from pipeline.enums import ReasonCode
-from pipeline.transcode import transcode_episode
+from pipeline.transcode import cameras, transcode_episode
 from pipeline.transcode.cameras import SCALE_INTERPOLATION
+from pipeline.transcode.errors import TranscodeInputError
 from pipeline.transcode.postgate import check_episode
 
 FRONT = "/cam/front/h264"
 BT709 = 1  # AVColorSpace, AVColorPrimaries and AVColorTransferCharacteristic
+UNSPECIFIED, YCGCO = 2, 8  # AVColorSpace
 
 
 def _decoded(path: Path) -> list[av.VideoFrame]:
@@ -31,22 +34,27 @@ def _decoded(path: Path) -> list[av.VideoFrame]:
     return frames + decoder.decode(None)
 
 
-def _as_bt709(source: Path, out: Path) -> Path:
-    """``source`` whose front camera is re-encoded with its pictures' YUV values tagged BT.709 (a camera
-    that records in that matrix): the same values now mean other colours."""
+def _retagged(source: Path, out: Path, matrices: Sequence[int], *, after: int | None = None) -> Path:
+    """``source`` whose front camera is re-encoded with its pictures' YUV values tagged with the matrix
+    (AVColorSpace) ``matrices[0]`` (a camera that records in it: the same values now mean other colours),
+    or from picture ``after`` on, in a new recording's parameter sets, ``matrices[1]``."""
     pictures = _decoded(source)
-    encoder = av.CodecContext.create("libx264", "w")
-    encoder.width, encoder.height, encoder.pix_fmt = pictures[0].width, pictures[0].height, "yuv420p"
-    encoder.time_base = Fraction(1, 30)
-    encoder.colorspace = encoder.color_primaries = encoder.color_trc = BT709
-    encoder.color_range = 1
-    encoder.options = {"bf": "0", "g": "15", "preset": "ultrafast", "qp": "10"}
     units: list[bytes] = []
-    for i, picture in enumerate([*pictures, None]):
-        if picture is not None:
-            picture.pts = i
-            picture.pict_type = av.video.frame.PictureType.NONE
-        units += [bytes(p) for p in encoder.encode(picture)]
+    cut = len(pictures) if after is None else after
+    for matrix, segment in zip(matrices, (pictures[:cut], pictures[cut:]), strict=False):
+        encoder = av.CodecContext.create("libx264", "w")
+        encoder.width, encoder.height, encoder.pix_fmt = pictures[0].width, pictures[0].height, "yuv420p"
+        encoder.time_base = Fraction(1, 30)
+        encoder.colorspace = matrix
+        if matrix == BT709:
+            encoder.color_primaries = encoder.color_trc = BT709
+        encoder.color_range = 1
+        encoder.options = {"bf": "0", "g": "15", "preset": "ultrafast", "qp": "10"}
+        for i, picture in enumerate([*segment, None]):
+            if picture is not None:
+                picture.pts = i
+                picture.pict_type = av.video.frame.PictureType.NONE
+            units += [bytes(p) for p in encoder.encode(picture)]
     assert len(units) == len(pictures)
     left = iter(units)
 
@@ -61,9 +69,14 @@ def _as_bt709(source: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+def source_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_source(tmp_path_factory.mktemp("plain") / "source.mcap")
+
+
+@pytest.fixture(scope="module")
 def bt709_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("bt709")
-    return _as_bt709(write_source(folder / "source.mcap"), folder / "bt709.mcap")
+    return _retagged(write_source(folder / "source.mcap"), folder / "bt709.mcap", [BT709])
 
 
 @pytest.mark.parametrize("transcode", [{}, {"max_pixels": 64 * 64}], ids=["same size", "scaled"])
@@ -99,25 +112,74 @@ def test_a_bt709_camera_keeps_its_colours(
     assert np.abs(bias).max() < 1.2, bias
 
 
-def test_the_post_gate_fails_an_output_read_as_other_colours_than_its_source(
-    bt709_source: Path, tmp_path: Path
+def test_the_post_gate_fails_an_output_that_does_not_name_its_matrix(
+    bt709_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The untagged camera's output judged against the BT.709 camera: the same samples, so PSNR passes
-    it, but read as BT.601 they are other colours (the transcode's own fault before ab7330e, which no
-    check caught). The BT.709 camera's own output passes."""
+    """The transcode as it was before ab7330e, which kept a BT.709 camera's samples but left the output
+    untagged (read as BT.601): PSNR compares samples and passes it; the colour check reads the source
+    picture's own tags and fails it. The right output passes."""
     config = config_for("vla")
     kept = transcode_episode(bt709_source, tmp_path / "kept.mcap", config, PROVENANCE)
     outcomes = {o.name: o for o in check_episode(kept.path, bt709_source, config, QualityPost())}
     assert outcomes["colour"].passed, outcomes["colour"]
-    assert outcomes["colour"].observed["cameras"]["front"] == {
-        "source": ["bt709 limited range"],
-        "output": ["bt709 limited range"],
-    }
-    untagged_source = bt709_source.with_name("source.mcap")
-    untagged = transcode_episode(untagged_source, tmp_path / "untagged.mcap", config, PROVENANCE)
+    front = outcomes["colour"].observed["cameras"]["front"]
+    assert (front["source"], front["output"]) == (["bt709"], ["bt709"])
+    assert front["chroma_shift_max"] < 1.0
+    monkeypatch.setattr(cameras, "tag_colour", lambda encoder, frame: None)
+    untagged = transcode_episode(bt709_source, tmp_path / "untagged.mcap", config, PROVENANCE)
     outcomes = {o.name: o for o in check_episode(untagged.path, bt709_source, config, QualityPost())}
     assert outcomes["colour"].reason is ReasonCode.COLOUR_MISMATCH
-    assert outcomes["colour"].detail == (
-        "camera front: the output is read as bt601 limited range, its source as bt709 limited range"
-    )
+    assert outcomes["colour"].detail == "camera front: read in the bt601 matrix, its source in bt709"
     assert outcomes["psnr"].passed, outcomes["psnr"]
+
+
+def test_the_post_gate_fails_a_colour_cast(
+    source_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An encoder input whose Cr is 6 levels high (a cast a viewer sees, red up by about 9 levels): the
+    chroma PSNR stays above 30 dB, the mean chroma shift fails it."""
+    config = config_for("vla")
+    given = cameras.encoder_picture
+
+    def cast(frame: av.VideoFrame, width: int, height: int) -> av.VideoFrame:
+        picture = given(frame, width, height)
+        planes = picture.to_ndarray()  # yuv420p: Y rows, then the U and V planes' rows
+        v = planes[height + height // 4 :]
+        v[:] = np.clip(v.astype(np.int16) + 6, 0, 255).astype(np.uint8)
+        return av.VideoFrame.from_ndarray(planes, format="yuv420p")
+
+    monkeypatch.setattr(cameras, "encoder_picture", cast)
+    out = transcode_episode(source_path, tmp_path / "cast.mcap", config, PROVENANCE).path
+    monkeypatch.undo()
+    outcomes = {o.name: o for o in check_episode(out, source_path, config, QualityPost())}
+    assert outcomes["psnr"].passed, outcomes["psnr"]
+    assert outcomes["colour"].reason is ReasonCode.COLOUR_MISMATCH
+    assert "mean chroma shifted by" in (outcomes["colour"].detail or "")
+    assert outcomes["colour"].observed["cameras"]["front"]["chroma_shift_max"] > 5
+
+
+@pytest.mark.parametrize("transcode", [{}, {"max_pixels": 64 * 64}], ids=["same size", "scaled"])
+def test_a_camera_in_a_matrix_the_transcode_cannot_keep_is_refused(
+    source_path: Path, tmp_path: Path, transcode: dict[str, int]
+) -> None:
+    """YCgCo: kept as it was, the output (untagged) would be read as BT.601; scaled, swscale failed with a
+    bare OSError (errno 95) out of the transcode."""
+    ycgco = _retagged(source_path, tmp_path / "ycgco.mcap", [YCGCO])
+    assert _decoded(ycgco)[0].colorspace == YCGCO  # the case
+    with pytest.raises(TranscodeInputError) as caught:
+        transcode_episode(ycgco, tmp_path / "out.mcap", config_for("vla", **transcode), PROVENANCE)
+    assert caught.value.code is ReasonCode.UNSUPPORTED_ENCODING
+    assert "camera front: its pictures name the colour matrix ycgco" in str(caught.value)
+
+
+def test_a_camera_whose_matrix_changes_mid_stream_is_refused(source_path: Path, tmp_path: Path) -> None:
+    """Untagged, then BT.709 from picture 20 (a recording spliced from two): the output, tagged once,
+    would show part of the camera in other colours."""
+    spliced = _retagged(source_path, tmp_path / "spliced.mcap", [UNSPECIFIED, BT709], after=20)
+    assert [f.colorspace for f in _decoded(spliced)][19:21] == [UNSPECIFIED, BT709]  # the case
+    with pytest.raises(TranscodeInputError) as caught:
+        transcode_episode(spliced, tmp_path / "out.mcap", config_for("vla"), PROVENANCE)
+    assert caught.value.code is ReasonCode.COLOUR_MISMATCH
+    assert "camera front: picture 20 names the colour matrix bt709, the stream began in bt601" in str(
+        caught.value
+    )

@@ -5,8 +5,8 @@ Revises: 0003
 Create Date: 2026-12-05
 
 The reason-code CHECKs of ``episodes.reasons``, ``episode_state_changes.reasons``, ``check_results.reason``
-and ``step_runs.reason`` are made again with the new code. A downgrade makes them without it, and fails
-while a row still holds it (the database says which constraint).
+and ``step_runs.reason`` are made again with the new code. A downgrade makes them without it, and refuses,
+saying how many rows of each hold it, while any does.
 
 Snapshot rule as in 0001: enum values are literals of this revision.
 """
@@ -98,4 +98,15 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Say which rows hold the code, rather than the first CHECK Postgres finds violated.
+    held = []
+    for table, col, many in REASON_COLUMNS:
+        where = f"'colour_mismatch' = ANY({col})" if many else f"{col} = 'colour_mismatch'"
+        count = op.get_bind().execute(sa.text(f"SELECT count(*) FROM {table} WHERE {where}")).scalar_one()
+        if count:
+            held.append(f"{table}.{col}: {count} row(s)")
+    if held:
+        raise RuntimeError(
+            "cannot go below 0004 while rows hold the reason colour_mismatch (" + "; ".join(held) + ")"
+        )
     _reason_checks(REASON_CODES_0003)
