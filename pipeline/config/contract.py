@@ -660,8 +660,9 @@ class QualityPost(FrozenModel):
         json_schema_extra=controls((Gate.POST, "psnr", R.PSNR_BELOW_THRESHOLD)),
     )
     psnr_sample_frames: int = Field(default=8, ge=1, description="Frames per camera compared for PSNR.")
-    # An encode moves a picture's mean Cb or Cr by at most 0.85 levels (every camera family, profile and
-    # scaling measured, docs/episodes.md); a cast a viewer sees moves it by several.
+    # An encode moves a picture's mean Cb or Cr by at most 0.93 levels (every camera family, profile and
+    # scaling measured, on the procedural scene and real footage: docs/episodes.md); a cast a viewer sees
+    # moves it by several.
     max_chroma_shift_levels: float = Field(
         default=2.0,
         ge=0,

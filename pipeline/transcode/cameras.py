@@ -167,8 +167,8 @@ def make_encoder(width: int, height: int, rate: Fraction, settings: EncoderSetti
 
 
 #: Colour matrices (AVColorSpace -> swscale's name) a camera may name that its output keeps, and says
-#: (:func:`tag_colour`): the ones swscale knows besides BT.601. Any other (none named, BT.601, a PNG's RGB,
-#: one swscale does not know) gives BT.601, which readers take untagged video for.
+#: (:func:`tag_colour`): the ones swscale knows besides BT.601. None named, BT.601 and RGB or gray
+#: pictures give BT.601, which readers take untagged video for; any other is refused (:class:`MatrixGuard`).
 KEPT_MATRICES = {1: Colorspace.ITU709, 4: Colorspace.FCC, 7: Colorspace.SMPTE240M, 9: Colorspace.BT2020}
 
 #: The matrix readers (FFmpeg, PyAV, lerobot) take a YUV picture's samples in, by its AVColorSpace tag:
@@ -203,9 +203,14 @@ def colour_matrix(frame: av.VideoFrame) -> str:
 
 class MatrixGuard:
     """Refuses what the transcode cannot show in the source's colours: a first picture in a matrix it can
-    neither keep nor convert (YCgCo, BT.2020 constant luminance: ``unsupported_encoding``), and a matrix
-    that changes mid-stream (``colour_mismatch``), whose output, tagged once, would show part of the
-    stream in other colours. Range changes are fine: every picture's range is converted."""
+    neither keep nor convert (YCgCo, BT.2020 constant luminance, the reserved and chroma-derived tags,
+    which swscale refuses: ``unsupported_encoding``), and a matrix that changes mid-stream
+    (``colour_mismatch``), whose output, tagged once, would show part of the stream in other colours. Range
+    changes are fine: every picture's range is converted.
+
+    It follows the decoder's tags: FFmpeg's H.264 decoder keeps a matrix when a later SPS names none (so a
+    BT.709 camera spliced with an untagged one is taken as BT.709 throughout), its HEVC decoder does not
+    (the same splice is refused)."""
 
     def __init__(self, what: str) -> None:
         self.what = what

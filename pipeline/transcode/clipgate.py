@@ -216,5 +216,5 @@ def _compare(
             # normalised frames are full range, and compared as they are gave 30 dB for a clean clip)
             comparison = picture.compare(Sample.of(encoder_picture(frame, frame.width, frame.height)))
             values.append(comparison)
-            colours.add(source_matrix, picture.matrix, comparison)
+            colours.add(source_matrix, picture, comparison)
     return values, colours

@@ -13,8 +13,8 @@ Each check returns a :class:`CheckOutcome` (recorded by the ``quality_post`` ste
   (``psnr_below_threshold``);
 * ``colour`` – the sampled frames show their source frames' colours (``colour_mismatch``): a reader takes
   each in the matrix its source picture names (as tagged, untagged as BT.601; an RGB or gray source's, the
-  BT.601 it is converted with), and its mean Cb and Cr are within ``max_chroma_shift_levels`` of the
-  source's. PSNR compares samples: an output whose samples are right but whose tags name another matrix
+  BT.601 it is converted with), as limited range (what the encoder is given, whatever the source's), and
+  its mean Cb and Cr are within ``max_chroma_shift_levels`` of the source's. PSNR compares samples: an output whose samples are right but whose tags name another matrix
   passes it, and a cast of a few levels over the whole picture costs little of it;
 * ``resample`` – resampled streams on the fixed-rate grid and equal to the source interpolated there, the
   native streams complete (``resample_error``);
@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import av
 import numpy as np
+from av.video.reformatter import ColorRange
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 from mcap.reader import make_reader
 
@@ -131,15 +132,18 @@ def below_threshold(luma_db: float, chroma_db: float, threshold_db: float) -> st
 
 @dataclass(frozen=True)
 class Sample:
-    """What the post-gates keep of a sampled yuv420p picture: its planes (no line padding) and the matrix
-    a reader takes them in (:func:`~pipeline.transcode.cameras.colour_matrix`)."""
+    """What the post-gates keep of a sampled yuv420p picture: its planes (no line padding), the matrix a
+    reader takes them in (:func:`~pipeline.transcode.cameras.colour_matrix`) and whether it takes them as
+    full range (untagged: limited)."""
 
     planes: tuple[np.ndarray, np.ndarray, np.ndarray]
     matrix: str
+    full_range: bool
 
     @classmethod
     def of(cls, frame: av.VideoFrame) -> Sample:
-        return cls((_plane(frame, 0), _plane(frame, 1), _plane(frame, 2)), colour_matrix(frame))
+        planes = (_plane(frame, 0), _plane(frame, 1), _plane(frame, 2))
+        return cls(planes, colour_matrix(frame), frame.color_range == ColorRange.JPEG)
 
     def compare(self, reference: Sample) -> Comparison:
         """This picture against ``reference``, one of the same size."""
@@ -164,19 +168,23 @@ class Comparison(NamedTuple):
 @dataclass
 class ColourFindings:
     """What the ``colour`` check finds over one camera's (or one video's clips') sampled pictures: the
-    matrix of each source picture and of its output picture, and the largest chroma shift."""
+    matrix of each source picture and of its output picture, the output's ranges, and the largest chroma
+    shift."""
 
     pairs: set[tuple[str, str]] = field(default_factory=set)
+    ranges: set[str] = field(default_factory=set)
     chroma_shift: float = 0.0
 
-    def add(self, source_matrix: str, output_matrix: str, comparison: Comparison) -> None:
-        self.pairs.add((source_matrix, output_matrix))
+    def add(self, source_matrix: str, output: Sample, comparison: Comparison) -> None:
+        self.pairs.add((source_matrix, output.matrix))
+        self.ranges.add("full" if output.full_range else "limited")
         self.chroma_shift = max(self.chroma_shift, comparison.chroma_shift)
 
     def observed(self) -> dict[str, Any]:
         return {
             "source": sorted({s for s, _ in self.pairs}),
             "output": sorted({o for _, o in self.pairs}),
+            "output_range": sorted(self.ranges),
             "chroma_shift_max": round(self.chroma_shift, 3),
         }
 
@@ -185,6 +193,10 @@ class ColourFindings:
         wrong = sorted((s, o) for s, o in self.pairs if s != o)
         if wrong:
             return f"read in the {wrong[0][1]} matrix, its source in {wrong[0][0]}"
+        if "full" in self.ranges:
+            # the samples are limited range whatever the source's (encoder_picture): read as full range
+            # they show washed out, black at 16 and white at 235
+            return "read as full range, its samples limited range"
         if self.chroma_shift > max_shift:
             return f"mean chroma shifted by {self.chroma_shift:.2f} levels on a sampled frame, at most {max_shift}"
         return None
@@ -383,7 +395,7 @@ def _video_checks(
                 # the source picture itself says them
                 comparison = out_samples[p].compare(Sample.of(encoder_picture(frame, *size)))
                 values.append(comparison)
-                colours.add(colour_matrix(frame), out_samples[p].matrix, comparison)
+                colours.add(colour_matrix(frame), out_samples[p], comparison)
         if values:
             luma_db = min(v.luma_db for v in values)
             chroma_db = min(v.chroma_db for v in values)

@@ -363,6 +363,26 @@ def test_the_post_gate_fails_clips_that_do_not_name_their_source_s_matrix(
     assert outcomes["psnr"].passed, outcomes["psnr"]
 
 
+def test_a_video_in_a_matrix_the_transcode_cannot_keep_is_refused(tmp_path: Path) -> None:
+    """YCgCo, which swscale cannot convert from: refused before any clip is written."""
+    source = tmp_path / "ycgco.mp4"
+    with av.open(str(source), "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.codec_context.colorspace = 8  # AVCOL_SPC_YCGCO
+        stream.options = {"preset": "ultrafast", "g": "10", "bf": "0"}
+        for i in range(30):
+            frame = av.VideoFrame.from_ndarray(np.zeros((72, 64), np.uint8) + 100, format="yuv420p")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    with pytest.raises(TranscodeInputError) as caught:
+        transform_video(source, tmp_path / "out", options())
+    assert caught.value.code is ReasonCode.UNSUPPORTED_ENCODING
+    assert "ycgco.mp4: its pictures name the colour matrix ycgco" in str(caught.value)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
 def test_a_video_whose_matrix_changes_mid_stream_is_refused(tmp_path: Path) -> None:
     """Untagged for a second, then BT.709: the clips, tagged once, would show part of it in other colours."""
     source = tmp_path / "changes.h264"  # an Annex B stream: two recordings spliced, the second's SPS BT.709

@@ -10,6 +10,8 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from av.video.codeccontext import VideoCodecContext
+from av.video.reformatter import ColorRange
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
 from mcap.records import Channel, Message
 from transcode_helpers import PROVENANCE, camera_messages, config_for, rewrite, write_source
@@ -183,3 +185,53 @@ def test_a_camera_whose_matrix_changes_mid_stream_is_refused(source_path: Path, 
     assert "camera front: picture 20 names the colour matrix bt709, the stream began in bt601" in str(
         caught.value
     )
+
+
+def test_the_post_gate_fails_an_output_that_says_full_range(
+    bt709_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Limited-range samples tagged full range (readers show them washed out, black at 16): the samples
+    are right, so PSNR and the chroma shift pass it; the range it is read in fails it."""
+    config = config_for("vla")
+    tag = cameras.tag_colour
+
+    def full_range(encoder: VideoCodecContext, frame: av.VideoFrame) -> None:
+        tag(encoder, frame)
+        encoder.color_range = ColorRange.JPEG
+
+    monkeypatch.setattr(cameras, "tag_colour", full_range)
+    out = transcode_episode(bt709_source, tmp_path / "full.mcap", config, PROVENANCE).path
+    assert _decoded(out)[0].color_range == ColorRange.JPEG  # the case
+    outcomes = {o.name: o for o in check_episode(out, bt709_source, config, QualityPost())}
+    assert outcomes["colour"].reason is ReasonCode.COLOUR_MISMATCH
+    assert outcomes["colour"].detail == "camera front: read as full range, its samples limited range"
+    assert outcomes["colour"].observed["cameras"]["front"]["output_range"] == ["full"]
+    assert outcomes["psnr"].passed, outcomes["psnr"]
+
+
+def _picture(fmt: str, colorspace: int = UNSPECIFIED) -> av.VideoFrame:
+    frame = av.VideoFrame(16, 16, fmt)
+    frame.colorspace = colorspace
+    return frame
+
+
+@pytest.mark.parametrize(
+    ("fmt", "colorspace", "matrix"),
+    [
+        ("yuv420p", UNSPECIFIED, "bt601"),
+        ("yuvj420p", 5, "bt601"),  # FFmpeg's MJPEG decoder: BT.470BG
+        ("yuv422p", 6, "bt601"),  # SMPTE 170M, BT.601's other tag
+        ("gray", UNSPECIFIED, "bt601"),  # a gray JPEG or PNG: converted with BT.601
+        ("rgb24", 0, "bt601"),  # a PNG's RGB, tagged "RGB"
+        ("pal8", UNSPECIFIED, "bt601"),  # a palette PNG
+        ("bayer_rggb8", UNSPECIFIED, "bt601"),
+        ("yuyv422", UNSPECIFIED, "bt601"),  # a raw yuv422 Image
+        ("yuv420p10le", BT709, "bt709"),
+        ("yuv420p", YCGCO, "ycgco"),
+        ("yuv420p", 0, "rgb"),  # YUV samples tagged as RGB: no matrix to read them with
+    ],
+)
+def test_the_matrix_a_picture_is_read_in(fmt: str, colorspace: int, matrix: str) -> None:
+    """What the guard and the post-gate compare: a JPEG camera that mixes gray and colour pictures, or a
+    PNG one that mixes palette, gray and RGB ones, reads as one matrix throughout."""
+    assert cameras.colour_matrix(_picture(fmt, colorspace)) == matrix

@@ -107,6 +107,8 @@ def downgrade() -> None:
             held.append(f"{table}.{col}: {count} row(s)")
     if held:
         raise RuntimeError(
-            "cannot go below 0004 while rows hold the reason colour_mismatch (" + "; ".join(held) + ")"
+            "cannot go below 0004 while rows hold the reason colour_mismatch (" + "; ".join(held) + "); "
+            "they are history the catalog keeps (state changes are append-only, a final step outcome "
+            "cannot change): restore a backup taken before 0004 instead"
         )
     _reason_checks(REASON_CODES_0003)
