@@ -239,7 +239,7 @@ REASON_DESCRIPTIONS: dict[ReasonCode, str] = {
     ReasonCode.FRAME_COUNT_MISMATCH: "The output has a different number of frames than the source.",
     ReasonCode.DURATION_MISMATCH: "The output's duration differs from the source beyond the tolerance.",
     ReasonCode.PSNR_BELOW_THRESHOLD: "Sampled output frames differ from the source more than the PSNR threshold allows.",
-    ReasonCode.COLOUR_MISMATCH: "The output shows other colours than its source: its pictures name another colour matrix or full range, their mean chroma is shifted (a cast), or the source's matrix changes mid-stream.",
+    ReasonCode.COLOUR_MISMATCH: "The output shows other colours than its source: its pictures name another colour matrix, HDR transfer or full range, their mean chroma is shifted (a cast), or the source's matrix changes mid-stream.",
     ReasonCode.RESAMPLE_ERROR: "Resampled state/actions deviate from the native streams beyond the bound.",
     ReasonCode.ANNOTATOR_FAILED: "An annotator failed on this episode (non-critical: the others' results are kept).",
     ReasonCode.SHARD_VERIFY_FAILED: "A shard did not verify (count, size, sha256 or member index).",

@@ -201,6 +201,18 @@ def colour_matrix(frame: av.VideoFrame) -> str:
     return MATRIX_NAMES.get(space, f"matrix {space}")
 
 
+#: Transfer characteristics (AVColorTransferCharacteristic) of HDR video: a reader that does not see them
+#: shows the picture as SDR, washed out (HLG) or dark and flat (PQ).
+HDR_TRANSFERS = {16: "pq", 18: "hlg"}
+
+
+def colour_reading(frame: av.VideoFrame) -> str:
+    """How a reader shows ``frame``'s samples, as the post-gates compare it: its matrix
+    (:func:`colour_matrix`), followed by ``pq`` or ``hlg`` for HDR video."""
+    hdr = HDR_TRANSFERS.get(int(frame.color_trc))
+    return f"{colour_matrix(frame)} {hdr}" if hdr else colour_matrix(frame)
+
+
 class MatrixGuard:
     """Refuses what the transcode cannot show in the source's colours: a first picture in a matrix it can
     neither keep nor convert (YCgCo, BT.2020 constant luminance, the reserved and chroma-derived tags,

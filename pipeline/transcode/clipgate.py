@@ -24,7 +24,7 @@ import numpy as np
 
 from pipeline.config import ClipOptions, QualityPost, TranscodeOptions
 from pipeline.enums import ReasonCode
-from pipeline.transcode.cameras import colour_matrix, encoder_picture
+from pipeline.transcode.cameras import colour_reading, encoder_picture
 from pipeline.transcode.clips import Analysis, ClipPlan, clip_of, normalised_frames, read_manifest
 from pipeline.transcode.h264 import avcc_entropy_coders, coder_mismatch
 from pipeline.transcode.h265 import hvcc_has_parameter_sets
@@ -192,7 +192,7 @@ def _compare(
     colours against the source's, as its first picture names them, read without the filter graph the
     clips were made through (the transform refuses a source whose matrix changes later)."""
     with av.open(str(source)) as container:
-        source_matrix = colour_matrix(next(container.decode(video=0)))
+        source_reading = colour_reading(next(container.decode(video=0)))
     raw = dict(manifest["analysis"])
     raw["scene_cuts_s"] = tuple(raw["scene_cuts_s"])
     raw["crop"] = tuple(raw["crop"]) if raw["crop"] else None
@@ -216,5 +216,5 @@ def _compare(
             # normalised frames are full range, and compared as they are gave 30 dB for a clean clip)
             comparison = picture.compare(Sample.of(encoder_picture(frame, frame.width, frame.height)))
             values.append(comparison)
-            colours.add(source_matrix, picture, comparison)
+            colours.add(source_reading, picture, comparison)
     return values, colours

@@ -13,7 +13,7 @@ Each check returns a :class:`CheckOutcome` (recorded by the ``quality_post`` ste
   (``psnr_below_threshold``);
 * ``colour`` – the sampled frames show their source frames' colours (``colour_mismatch``): a reader takes
   each in the matrix its source picture names (as tagged, untagged as BT.601; an RGB or gray source's, the
-  BT.601 it is converted with), as limited range (what the encoder is given, whatever the source's), and
+  BT.601 it is converted with) and with its HDR transfer (PQ, HLG) if it names one, as limited range (what the encoder is given, whatever the source's), and
   its mean Cb and Cr are within ``max_chroma_shift_levels`` of the source's. PSNR compares samples: an output whose samples are right but whose tags name another matrix
   passes it, and a cast of a few levels over the whole picture costs little of it;
 * ``resample`` – resampled streams on the fixed-rate grid and equal to the source interpolated there, the
@@ -41,7 +41,7 @@ from pipeline.config import QualityPost
 from pipeline.enums import CheckStatus, ReasonCode
 from pipeline.transcode import layout
 from pipeline.transcode.bitstream import unit_info
-from pipeline.transcode.cameras import colour_matrix, decode_units, encoder_picture, timestamp
+from pipeline.transcode.cameras import colour_reading, decode_units, encoder_picture, timestamp
 from pipeline.transcode.errors import TranscodeInputError
 from pipeline.transcode.h264 import coder_mismatch, frame_letter
 from pipeline.transcode.profiles import EncoderSettings, expected_letters
@@ -133,17 +133,17 @@ def below_threshold(luma_db: float, chroma_db: float, threshold_db: float) -> st
 @dataclass(frozen=True)
 class Sample:
     """What the post-gates keep of a sampled yuv420p picture: its planes (no line padding), the matrix a
-    reader takes them in (:func:`~pipeline.transcode.cameras.colour_matrix`) and whether it takes them as
-    full range (untagged: limited)."""
+    reader takes them in, with an HDR transfer (:func:`~pipeline.transcode.cameras.colour_reading`), and
+    whether it takes them as full range (untagged: limited)."""
 
     planes: tuple[np.ndarray, np.ndarray, np.ndarray]
-    matrix: str
+    reading: str
     full_range: bool
 
     @classmethod
     def of(cls, frame: av.VideoFrame) -> Sample:
         planes = (_plane(frame, 0), _plane(frame, 1), _plane(frame, 2))
-        return cls(planes, colour_matrix(frame), frame.color_range == ColorRange.JPEG)
+        return cls(planes, colour_reading(frame), frame.color_range == ColorRange.JPEG)
 
     def compare(self, reference: Sample) -> Comparison:
         """This picture against ``reference``, one of the same size."""
@@ -175,8 +175,8 @@ class ColourFindings:
     ranges: set[str] = field(default_factory=set)
     chroma_shift: float = 0.0
 
-    def add(self, source_matrix: str, output: Sample, comparison: Comparison) -> None:
-        self.pairs.add((source_matrix, output.matrix))
+    def add(self, source_reading: str, output: Sample, comparison: Comparison) -> None:
+        self.pairs.add((source_reading, output.reading))
         self.ranges.add("full" if output.full_range else "limited")
         self.chroma_shift = max(self.chroma_shift, comparison.chroma_shift)
 
@@ -192,7 +192,7 @@ class ColourFindings:
         """Why the output shows other colours than its source, or ``None``."""
         wrong = sorted((s, o) for s, o in self.pairs if s != o)
         if wrong:
-            return f"read in the {wrong[0][1]} matrix, its source in {wrong[0][0]}"
+            return f"read as {wrong[0][1]}, its source as {wrong[0][0]}"
         if "full" in self.ranges:
             # the samples are limited range whatever the source's (encoder_picture): read as full range
             # they show washed out, black at 16 and white at 235
@@ -395,7 +395,7 @@ def _video_checks(
                 # the source picture itself says them
                 comparison = out_samples[p].compare(Sample.of(encoder_picture(frame, *size)))
                 values.append(comparison)
-                colours.add(colour_matrix(frame), out_samples[p], comparison)
+                colours.add(colour_reading(frame), out_samples[p], comparison)
         if values:
             luma_db = min(v.luma_db for v in values)
             chroma_db = min(v.chroma_db for v in values)

@@ -359,8 +359,33 @@ def test_the_post_gate_fails_clips_that_do_not_name_their_source_s_matrix(
     transform_video(source, tmp_path, options())
     outcomes = {o.name: o for o in check_clips(tmp_path, source, options(), QualityPost())}
     assert outcomes["colour"].reason is ReasonCode.COLOUR_MISMATCH
-    assert outcomes["colour"].detail == "clips read in the bt601 matrix, its source in bt709"
+    assert outcomes["colour"].detail == "clips read as bt601, its source as bt709"
     assert outcomes["psnr"].passed, outcomes["psnr"]
+
+
+def test_an_hdr_video_s_clips_keep_its_transfer_and_the_post_gate_checks_it(
+    corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The corpus's 10-bit BT.2020 HLG phone video: its clip says HLG (not tone-mapped), and a clip that
+    lost the transfer, which a player would show as SDR (washed out), fails the colour check."""
+    from pipeline.transcode import clips
+
+    source = corpus_dir / "video" / "sample_edit_list_no_sync_frame_before_edit.mp4"
+    transform_video(source, tmp_path / "kept", options())
+    outcomes = {o.name: o for o in check_clips(tmp_path / "kept", source, options(), QualityPost())}
+    assert all(o.passed for o in outcomes.values()), outcomes
+    assert outcomes["colour"].observed["output"] == ["bt2020nc hlg"]
+    tag = clips.tag_colour
+
+    def sdr(encoder: av.video.codeccontext.VideoCodecContext, frame: av.VideoFrame) -> None:
+        tag(encoder, frame)
+        encoder.color_trc = 2  # unspecified
+
+    monkeypatch.setattr(clips, "tag_colour", sdr)
+    transform_video(source, tmp_path / "lost", options())
+    outcomes = {o.name: o for o in check_clips(tmp_path / "lost", source, options(), QualityPost())}
+    assert outcomes["colour"].reason is ReasonCode.COLOUR_MISMATCH
+    assert outcomes["colour"].detail == "clips read as bt2020nc, its source as bt2020nc hlg"
 
 
 def test_a_video_in_a_matrix_the_transcode_cannot_keep_is_refused(tmp_path: Path) -> None:

@@ -131,7 +131,7 @@ def test_the_post_gate_fails_an_output_that_does_not_name_its_matrix(
     untagged = transcode_episode(bt709_source, tmp_path / "untagged.mcap", config, PROVENANCE)
     outcomes = {o.name: o for o in check_episode(untagged.path, bt709_source, config, QualityPost())}
     assert outcomes["colour"].reason is ReasonCode.COLOUR_MISMATCH
-    assert outcomes["colour"].detail == "camera front: read in the bt601 matrix, its source in bt709"
+    assert outcomes["colour"].detail == "camera front: read as bt601, its source as bt709"
     assert outcomes["psnr"].passed, outcomes["psnr"]
 
 
