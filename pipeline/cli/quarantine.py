@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
 from pipeline.cli._common import console, context, print_json
 
@@ -29,9 +30,14 @@ def list_(
     if not rows:
         console.print("nothing quarantined")
     for row in rows:
-        console.print(f"[bold red]{row['vendor']}/{row['path']}[/]  {', '.join(row['reasons'])}")
+        # what the files and checks say is text, not markup: "[failed]" or a path with brackets would go
+        console.print(
+            f"[bold red]{escape(row['vendor'])}/{escape(row['path'])}[/]  {', '.join(row['reasons'])}"
+        )
         console.print(f"  sha256 {row['sha256']}  ({row['size_bytes']} bytes, kept in the raw store)")
         for check in row["failed_checks"]:
             console.print(
-                f"  - {check['check']} [{check['status']}]: {check['detail'] or ''}", highlight=False
+                escape(f"  - {check['check']} [{check['status']}]: {check['detail'] or ''}"), highlight=False
             )
+        if not row["failed_checks"] and row.get("detail"):  # refused by a step (the transcode), not a gate
+            console.print(escape(f"  - {row['detail']}"), highlight=False)

@@ -15,7 +15,10 @@ REPORTS_FOLDER = "reports"
 def command(
     run: str = typer.Argument(..., help="Run id, Airflow run_id, dag_id/run_id, or 'latest'."),
     out: Path = typer.Option(
-        None, "--out", "-o", help="HTML file to write (default: $SLUICE_HOME/reports/sluice-run-<id>.html)."
+        None,
+        "--out",
+        "-o",
+        help="HTML file to write (default: $SLUICE_HOME/reports/sluice-run-ID.html, ID the run's).",
     ),
     bench: list[Path] = typer.Option(
         [], "--bench", help="A `sluice bench --json` result to include (repeatable)."

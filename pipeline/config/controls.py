@@ -5,8 +5,8 @@ A setting that a check compares against (a threshold, an allow-list, a limit) de
     max_gap_rate: float = Field(default=0.02, ..., json_schema_extra=controls((Gate.PRE, "max_gap_rate",
                                                                               ReasonCode.GAP_RATE_HIGH)))
 
-``check`` is the check name stored with each result (``sluice files show``): a pre-gate expectation name
-(``max_gap_rate``), a probe finding (``mcap.record_too_large``, ``video.letterboxed``) or a post-gate check
+``check`` is the check name stored with each result (``sluice quarantine list``, the warehouse's
+``latest_checks``): a pre-gate expectation name (``max_gap_rate``), a probe finding (``mcap.record_too_large``, ``video.letterboxed``) or a post-gate check
 (``psnr``). The declaration is metadata only: it changes neither validation nor the config hash. Tests keep it
 honest (``tests/quality/test_quality_controls.py``): every declared pair is shown to make its reason appear
 and disappear when the setting crosses the measured figure, and every expectation whose arguments a setting

@@ -4,7 +4,9 @@ Robot logs become one MCAP per episode (:func:`pipeline.transcode.transcode_epis
 of clips (:func:`pipeline.transcode.clips.transform_video`), under ``derived/transcode/<config hash>/
 <episode id>/``: a function of (input, config hash), so a rerun under the same config finds its output and
 only (re)records it. Every file is written to the store's ``tmp/`` area, verified and published by rename;
-only then is it recorded as an artifact whose input is the source blob. Camera encodes run in a pool of
+only then is it recorded as an artifact whose input is the source blob. An input the transcode refuses
+(:class:`~pipeline.errors.InputError`) is quarantined with the reason: it has no output to train on. Camera
+encodes run in a pool of
 ``resources.cpus`` processes (a :class:`pipeline.processes.WorkerPool`) made once per worker in
 :meth:`TranscodeStep.setup`.
 """
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.enums import ArtifactKind, FileState, SourceKind, StepName
+from pipeline.errors import InputError
 from pipeline.steps.base import Step, StepContext, StepResult, WorkItem
 
 if TYPE_CHECKING:
@@ -154,9 +157,31 @@ class TranscodeStep(Step):
     def process(self, item: WorkItem) -> StepResult:
         assert item.episode_id is not None
         source = episode_source(self.ctx.engine, item.episode_id)
-        if source.kind is SourceKind.MCAP:
-            return self._robot(source)
-        return self._video(source)
+        try:
+            if source.kind is SourceKind.MCAP:
+                return self._robot(source)
+            return self._video(source)
+        except InputError as exc:
+            # An input the transcode refuses has no output to train on: it ends quarantined with the
+            # reason, whatever that reason's severity at a gate; the runner records the rejected step.
+            self._quarantine(source.episode_id, exc)
+            raise
+
+    def _quarantine(self, episode_id: int, exc: InputError) -> None:
+        from pipeline.catalog import make_session_factory, session_scope
+        from pipeline.catalog.sources import set_episode_state
+
+        with session_scope(make_session_factory(self.ctx.engine)) as session:
+            set_episode_state(
+                session,
+                episode_id,
+                FileState.QUARANTINED,
+                reasons=[exc.reason],
+                detail=f"transcode: {exc.detail}",
+                merge_reasons=True,
+                step=self.name,
+                config_hash=self.config_hash,
+            )
 
     def _robot(self, source: EpisodeSource) -> StepResult:
         from pipeline.transcode import Provenance, RobotTranscodeConfig, transcode_episode

@@ -53,6 +53,9 @@ def test_ingest_list_quarantine_and_scrub(tmp_path: Path, migrated_database_url:
     quarantined = json.loads(out)
     assert [q["path"] for q in quarantined] == [f.path for f in manifest.files if f.defect == "crc_flipped"]
     assert quarantined[0]["failed_checks"] and "CRC" in quarantined[0]["failed_checks"][0]["detail"]
+    code, out = _run(["quarantine", "list"], env)
+    check = quarantined[0]["failed_checks"][0]
+    assert f"  - {check['check']} [failed]: " in out  # shown as text: rich took "[failed]" for markup
 
     code, out = _run(["scrub", "--json"], env)
     assert code == 0 and json.loads(out)["findings"] == []

@@ -194,3 +194,53 @@ def test_video_steps_make_clips_as_children_of_their_source(
         ).scalar_one()
     assert rows == [(ArtifactKind.CLIP.value, 3)] and lineage == 3
     ctx.engine.dispose()
+
+
+def test_an_input_the_transcode_refuses_ends_quarantined_with_its_reason(
+    migrated_database_url: str, tmp_path: Path
+) -> None:
+    """A video in a colour matrix the transcode can neither keep nor convert (YCgCo) passes the pre-gate,
+    then the transcode refuses it: the step run is rejected and the episode quarantined with the reason
+    (it used to stay accepted, so status, quarantine listings and the run's counts called it clean)."""
+    import av
+    import numpy as np
+
+    vendor = vendor_with({"profile": "vla"}, NORTHWIND)
+    ctx = _context(tmp_path, migrated_database_url)
+    clean, ycgco = tmp_path / "clean.mp4", tmp_path / "ycgco.mp4"
+    write_clip(clean, ClipSpec("c", "clean.mp4", 2.0, seed=4, scene_cuts=0), ClipMedia())
+    with av.open(str(ycgco), "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.codec_context.colorspace = 8  # AVCOL_SPC_YCGCO
+        for i in range(60):
+            frame = av.VideoFrame.from_ndarray(np.full((72, 64), 100, np.uint8), format="yuv420p")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    ids = _register(
+        ctx,
+        vendor,
+        {"clean.mp4": clean, "ycgco.mp4": ycgco},
+        dict.fromkeys(("clean.mp4", "ycgco.mp4"), FileState.ACCEPTED),
+    )
+    items = [WorkItem(key=name, episode_id=episode_id) for name, episode_id in ids.items()]
+    summary = run_step(TranscodeStep(vendor, ctx), items)
+    assert (summary.succeeded, summary.rejected, summary.failed) == (1, 1, 0)
+    with session_scope(make_session_factory(ctx.engine)) as session:
+        states = dict(session.execute(select(Episode.id, Episode.state)).tuples().all())
+        reasons, detail = session.execute(
+            select(Episode.reasons, Episode.detail).where(Episode.id == ids["ycgco.mp4"])
+        ).one()
+    assert states == {
+        ids["clean.mp4"]: FileState.ACCEPTED.value,
+        ids["ycgco.mp4"]: FileState.QUARANTINED.value,
+    }
+    assert reasons == [ReasonCode.UNSUPPORTED_ENCODING.value]
+    assert detail.startswith("transcode: ") and "its pictures name the colour matrix ycgco" in detail
+    # the post-gate has nothing of it to check, and a rerun does not transcode it again
+    assert [i.key for i in QualityPostStep(vendor, ctx).items(items)] == ["clean.mp4"]
+    assert [i.key for i in TranscodeStep(vendor, ctx).items(items)] == ["clean.mp4"]
+    recorded, actual = _raw_sha(ctx, ids["ycgco.mp4"])
+    assert recorded == actual
+    ctx.engine.dispose()
