@@ -185,8 +185,8 @@ MATRIX_NAMES = {
     9: "bt2020nc",
     10: "bt2020c",
 }
-#: The matrices a YUV camera or video may be recorded in: BT.601 (or none named), converted from nothing,
-#: and the kept ones.
+#: The matrices a YUV camera or video may be recorded in: BT.601 (or none named), which readers assume, and
+#: the kept ones.
 TRANSCODABLE_MATRICES = frozenset({"bt601", *(MATRIX_NAMES[k] for k in KEPT_MATRICES)})
 
 
