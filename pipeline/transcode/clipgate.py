@@ -8,11 +8,14 @@
   mean chroma within ``max_chroma_shift_levels`` (see :mod:`pipeline.transcode.postgate`);
 * ``sha256`` – each clip's digest equals the manifest's.
 
-Clips are decoded frame by frame, keeping only picture types, frame times and the sampled frames.
+Each clip is decoded once, frame by frame in step with one decode of the source (the frames each was made
+from), keeping picture types and frame times: the gate holds one picture of each at a time, however many
+clips a video gives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import pairwise
@@ -42,34 +45,107 @@ from pipeline.transcode.publish import sha256_file
 
 @dataclass
 class _ClipScan:
-    """What one decode of a clip keeps for the checks."""
+    """What one decode of a clip keeps for the checks: no pictures (those are compared as they decode)."""
 
     letters: list[str] = field(default_factory=list)  # picture type per frame, "I" for keyframes
     times_s: list[float] = field(default_factory=list)
-    sampled: dict[int, Sample] = field(default_factory=dict)  # frame position -> its picture
     extradata: bytes = b""
+    error: str | None = None  # why the decode stopped before the clip's end
 
 
-def _scan_clip(path: Path, samples: int, listed_frames: int) -> _ClipScan:
-    """Decode ``path`` once, keeping ``samples`` frames spread evenly over the clip.
+class _ClipDecode:
+    """One clip decoded a frame at a time, as the source decode reaches the frames it was made from.
 
-    The positions come from the container's frame count (its sample table), so frames need not be held
-    until the end; for a clip that decodes to another count the decode check fails anyway.
+    Picture types, frame times and parameter sets are kept for the checks; of the pictures, only the
+    position is, so that the gate holds one clip picture at a time however many clips a video gives. The
+    ``samples`` positions to compare are spread evenly over the clip's frame count as its container lists
+    it (its sample table), falling back on the manifest's; a clip that decodes to another count fails the
+    decode check anyway. Opening raises what :func:`av.open` raises, or ``IndexError`` without a video
+    stream.
     """
-    scan = _ClipScan()
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
+
+    def __init__(self, path: Path, samples: int, listed_frames: int) -> None:
+        self.scan = _ClipScan()
+        self._container: Any = av.open(str(path))
+        try:
+            stream = self._container.streams.video[0]
+        except IndexError:
+            self._container.close()
+            raise
         n = stream.frames or listed_frames
-        wanted = set(np.linspace(0, n - 1, min(samples, n)).round().astype(int).tolist()) if n > 0 else set()
-        for k, frame in enumerate(container.decode(stream)):
-            scan.letters.append(
-                "I" if frame.key_frame else av.video.frame.PictureType(int(frame.pict_type)).name
-            )
-            scan.times_s.append(float(frame.time or 0.0))
-            if k in wanted:
-                scan.sampled[k] = Sample.of(frame)
-        scan.extradata = bytes(stream.codec_context.extradata or b"")
-    return scan
+        self.wanted = (
+            set(np.linspace(0, n - 1, min(samples, n)).round().astype(int).tolist()) if n > 0 else set()
+        )
+        self._stream = stream
+        self._frames: Iterator[av.VideoFrame] | None = self._container.decode(stream)
+
+    def next(self) -> tuple[int, av.VideoFrame] | None:
+        """The clip's next picture and its position in the clip; None once the clip ended or broke off."""
+        if self._frames is None:
+            return None
+        try:
+            frame = next(self._frames)
+        except StopIteration:
+            self._close()
+            return None
+        except (av.FFmpegError, OSError) as exc:
+            self.scan.error = str(exc)
+            self._close()
+            return None
+        self.scan.letters.append(
+            "I" if frame.key_frame else av.video.frame.PictureType(int(frame.pict_type)).name
+        )
+        self.scan.times_s.append(float(frame.time or 0.0))
+        return len(self.scan.letters) - 1, frame
+
+    def finish(self) -> _ClipScan:
+        """Decode the rest of the clip (frames no source frame reached) and close it."""
+        while self.next() is not None:
+            pass
+        return self.scan
+
+    def _close(self) -> None:
+        self.scan.extradata = bytes(self._stream.codec_context.extradata or b"")
+        self._container.close()
+        self._frames = None
+
+
+class _Clips:
+    """The clips of one manifest, each decoded once, in step with the source decode (:func:`_compare`)."""
+
+    def __init__(self, out_dir: Path, entries: list[dict[str, Any]], samples: int) -> None:
+        self._out_dir = out_dir
+        self._entries = {int(e["index"]): e for e in entries}
+        self._samples = samples
+        self._open: dict[int, _ClipDecode] = {}
+        self.scans: dict[int, _ClipScan] = {}  # clips decoded to their end (or broken off)
+        self.unreadable: dict[int, str] = {}  # clips that do not open: why
+
+    def decode(self, index: int) -> _ClipDecode | None:
+        """The open decode of clip ``index``, opened on first use; None for an unknown, unreadable or
+        finished clip. Clips before ``index`` are finished and closed: the source reaches clips in order."""
+        for earlier in [k for k in self._open if k < index]:
+            self.scans[earlier] = self._open.pop(earlier).finish()
+        if index in self._open:
+            return self._open[index]
+        entry = self._entries.get(index)
+        if entry is None or index in self.scans or index in self.unreadable:
+            return None
+        try:
+            opened = _ClipDecode(self._out_dir / entry["file"], self._samples, int(entry["frames"]))
+        except (av.FFmpegError, IndexError, OSError) as exc:
+            self.unreadable[index] = str(exc)
+            return None
+        self._open[index] = opened
+        return opened
+
+    def finish(self) -> None:
+        """Decode every clip the source did not reach, or not to its end."""
+        for index in self._entries:
+            if index not in self.scans:
+                opened = self.decode(index)
+                if opened is not None:
+                    self.scans[index] = self._open.pop(index).finish()
 
 
 def check_clips(
@@ -87,14 +163,19 @@ def check_clips(
     observed: dict[str, dict[str, Any]] = {
         k: {} for k in ("decode", "gop", "duration", "psnr", "colour", "sha256")
     }
-    sampled: dict[tuple[int, int], Sample] = {}
+    decoded = _Clips(out_dir, manifest["clips"], post.psnr_sample_frames)
+    values, colours = _compare(source, manifest, options, decoded)
+    decoded.finish()
     for entry in manifest["clips"]:
         path = out_dir / entry["file"]
         name = entry["file"]
-        try:
-            scan = _scan_clip(path, post.psnr_sample_frames, int(entry["frames"]))
-        except (av.FFmpegError, IndexError, OSError) as exc:
-            problems.setdefault("decode", (ReasonCode.DECODE_ERROR, f"{name}: {exc}"))
+        index = int(entry["index"])
+        broken = decoded.unreadable.get(index)
+        scan = decoded.scans.get(index)
+        if broken is None and scan is not None and scan.error is not None:
+            broken = scan.error
+        if broken is not None or scan is None:
+            problems.setdefault("decode", (ReasonCode.DECODE_ERROR, f"{name}: {broken or 'not decoded'}"))
             continue
         n = len(scan.letters)
         observed["decode"][name] = {"frames": n, "expected": entry["frames"]}
@@ -146,8 +227,6 @@ def check_clips(
                     f"{name}: {duration_s:.3f} s, frame steps {sorted(steps)} (in frames)",
                 ),
             )
-        for k, picture in scan.sampled.items():
-            sampled[(entry["index"], k)] = picture
         digest, _ = sha256_file(path)
         observed["sha256"][name] = digest
         if digest != entry["sha256"]:
@@ -155,7 +234,6 @@ def check_clips(
                 "sha256",
                 (ReasonCode.TRANSCODE_FAILED, f"{name}: sha256 {digest}, manifest {entry['sha256']}"),
             )
-    values, colours = _compare(source, manifest, options, sampled)
     luma_db = min((v.luma_db for v in values), default=None)
     chroma_db = min((v.chroma_db for v in values), default=None)
     observed["psnr"] = {"frames": len(values), "min_db": luma_db, "chroma_min_db": chroma_db}
@@ -183,14 +261,14 @@ def check_clips(
 
 
 def _compare(
-    source: Path,
-    manifest: dict[str, Any],
-    options: TranscodeOptions,
-    sampled: dict[tuple[int, int], Sample],
+    source: Path, manifest: dict[str, Any], options: TranscodeOptions, clips: _Clips
 ) -> tuple[list[Comparison], ColourFindings]:
     """The sampled clip frames against the normalised source frames they were encoded from, and their
     colours against the source's, as its first picture names them, read without the filter graph the
-    clips were made through (the transform refuses a source whose matrix changes later)."""
+    clips were made through (the transform refuses a source whose matrix changes later).
+
+    The source is decoded once, and each clip in step with it: a source frame the transform gave to a clip
+    is paired with that clip's next decoded frame, so no picture is held beyond the pair compared."""
     with av.open(str(source)) as container:
         source_reading = colour_reading(next(container.decode(video=0)))
     raw = dict(manifest["analysis"])
@@ -200,18 +278,16 @@ def _compare(
     # The transform's own rule (clip_of) over the clips it wrote: a frame a hair before a cut goes to the
     # same clip in both, so positions within a clip line up with the frames encoded there.
     plans = [ClipPlan(c["index"], c["start_s"], c["end_s"]) for c in manifest["clips"]]
-    position: dict[int, int] = {}
     values = []
     colours = ColourFindings()
     for frame in normalised_frames(source, analysis, options):
-        t = float(frame.time or 0.0)
-        index = clip_of(plans, t)
-        if index is None:
+        index = clip_of(plans, float(frame.time or 0.0))
+        clip = clips.decode(index) if index is not None else None
+        pulled = clip.next() if clip is not None else None
+        if clip is None or pulled is None or pulled[0] not in clip.wanted:
             continue
-        k = position.get(index, 0)
-        position[index] = k + 1
-        picture = sampled.get((index, k))
-        if picture is not None and picture.planes[0].shape == (frame.height, frame.width):
+        picture = Sample.of(pulled[1])
+        if picture.planes[0].shape == (frame.height, frame.width):
             # the frame as the writer gave it to the encoder: limited range (a full-range source's
             # normalised frames are full range, and compared as they are gave 30 dB for a clean clip)
             comparison = picture.compare(Sample.of(encoder_picture(frame, frame.width, frame.height)))
