@@ -233,7 +233,13 @@ class TranscodeStep(Step):
                 ]
         else:
             with local_raw(store, source.sha256) as raw, local_output(store, key) as (out_dir, staging):
-                outputs = transform_video(raw, out_dir, self.vendor.transcode, staging_dir=staging)
+                try:
+                    outputs = transform_video(raw, out_dir, self.vendor.transcode, staging_dir=staging)
+                except InputError as exc:
+                    # its messages name the file they read, here the raw object (its sha256): the
+                    # catalogue row already names the vendor's file
+                    exc.detail = exc.detail.removeprefix(f"{raw.name}: ")
+                    raise
             clips = [(o.file, o.sha256, o.size_bytes) for o in outputs]
         ids = [
             self._record(source, ArtifactKind.CLIP, store.url(f"{key}/{f}"), sha, size)
