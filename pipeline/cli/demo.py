@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 ROBOT_DEFECTS = ("truncated", "crc_flipped", "clock_jump", "duplicate", "dropped_frames", "corrupt_image")
 #: ``reencoded`` is a good clip again, smaller and at another quality: accepted, then grouped with its original
 #: by the near-duplicate grouping, so that the dataset keeps one of the two.
-VIDEO_DEFECTS = ("all_black", "rotated", "corrupt_bitstream", "zero_bytes", "reencoded")
+VIDEO_DEFECTS = ("all_black", "rotated", "corrupt_bitstream", "zero_bytes", "reencoded", "colour_change")
 #: The demo's runs switch on the two steps the example vendors leave off by default, as a user would from
 #: the trigger form, so that every step runs.
 DEMO_RUN_CONF = {"annotate": True, "shard": True}

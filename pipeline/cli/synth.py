@@ -27,6 +27,7 @@ ROBOT_FLAVOR_NAMES = (
 )  # fmt: skip
 VIDEO_DEFECT_NAMES = (
     "interlaced", "all_black", "rotated", "corrupt_bitstream", "zero_bytes", "duplicate", "reencoded",
+    "colour_change",
 )  # fmt: skip
 
 
@@ -74,12 +75,15 @@ def _run(kind: str, out: Path, values: dict[str, object], jobs: int) -> None:
 
 def _print(console: Console, out: Path, manifest: DropManifest) -> None:
     from pipeline.cli._common import print_table
+    from pipeline.synth.defects import TRANSCODE_DEFECTS
 
     rows = []
     for made in manifest.files:
         expected = made.expected_state.value
         if made.expected_reasons:
             expected += f" ({', '.join(r.value for r in made.expected_reasons)})"
+        if made.defect in TRANSCODE_DEFECTS:
+            expected += " at transcode"  # ingest and the pre-gate accept it
         rows.append(
             {
                 "file": made.path,

@@ -7,6 +7,7 @@ Every function takes the planned slot (where the file goes, what it would have h
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +22,14 @@ from pipeline.synth.drop import DropFile, describe_file
 from pipeline.synth.flavors import flavor
 from pipeline.synth.mutate import damage_h264_samples, flip_chunk_crc, truncate_mid_chunk
 from pipeline.synth.robot import EpisodeMedia, EpisodeSpec, EpisodeTweaks, write_episode
-from pipeline.synth.video import ClipMedia, ClipSpec, ClipTweaks, reencode_clip, write_clip
+from pipeline.synth.video import (
+    ClipMedia,
+    ClipSpec,
+    ClipTweaks,
+    reencode_clip,
+    write_clip,
+    write_spliced_clip,
+)
 
 
 class DefectError(SluiceError, ValueError):
@@ -56,6 +64,9 @@ class VideoDefect(StrEnum):
     #: A clean clip again, re-encoded smaller and at another quality: no gate flags it (it is a good clip);
     #: near-duplicate grouping puts it in its original's group.
     REENCODED = "reencoded"
+    #: Two recordings spliced without re-encoding, the second's pictures in another colour matrix: no
+    #: container-level probe sees it; the transcode finds it and refuses the file.
+    COLOUR_CHANGE = "colour_change"
 
 
 # The reason code each defect must be reported with (none for an exact duplicate: its state says it).
@@ -76,12 +87,16 @@ EXPECTED_REASONS: dict[str, tuple[ReasonCode, ...]] = {
     "all_black": (ReasonCode.BLANK_VIDEO,),
     "rotated": (ReasonCode.ROTATED,),
     "corrupt_bitstream": (ReasonCode.DECODE_ERROR,),
+    "colour_change": (ReasonCode.COLOUR_MISMATCH,),
 }
 
 #: Defects whose reason quarantines here though its default severity flags: joint names that change
 #: mid-episode make the stream's vectors change meaning (a schema that differs from *earlier* episodes
 #: only flags).
 QUARANTINED_DEFECTS = frozenset({"renamed_joints"})
+#: Defects that ingest and the pre-gate pass (the file is whole and its stream-level tags are fine) and the
+#: transcode refuses: their expected outcome is the run's, after the transcode step.
+TRANSCODE_DEFECTS = frozenset({"colour_change"})
 #: Defects that only make sense for some flavors (see :func:`defect_applies`).
 CORRUPT_IMAGE_CAMERA = layout.CAMERA_NAMES[0]
 RENAME_JOINTS_AT_FRACTION = 0.5  # of the episode
@@ -342,6 +357,17 @@ def _video_reencoded(slot: VideoSlot) -> DropFile:
     return _describe(slot, VideoDefect.REENCODED, _slot_ids(slot) | {"details": details})
 
 
+def _video_colour_change(slot: VideoSlot) -> DropFile:
+    if math.floor(slot.spec.seconds * slot.media.fps) < 2:
+        raise DefectError("defect 'colour_change' needs clips of at least two frames to splice")
+    result = write_spliced_clip(slot.path, slot.spec, slot.media)
+    return _describe(
+        slot,
+        VideoDefect.COLOUR_CHANGE,
+        _slot_ids(slot) | {"frames": result.frames, "details": result.details},
+    )
+
+
 VIDEO_DEFECTS: dict[VideoDefect, Callable[[VideoSlot], DropFile]] = {
     VideoDefect.INTERLACED: _video_interlaced,
     VideoDefect.ALL_BLACK: _video_all_black,
@@ -350,4 +376,5 @@ VIDEO_DEFECTS: dict[VideoDefect, Callable[[VideoSlot], DropFile]] = {
     VideoDefect.ZERO_BYTES: _video_zero_bytes,
     VideoDefect.DUPLICATE: _video_duplicate,
     VideoDefect.REENCODED: _video_reencoded,
+    VideoDefect.COLOUR_CHANGE: _video_colour_change,
 }

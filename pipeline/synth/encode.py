@@ -31,6 +31,9 @@ class H264Settings:
     bframes: int = 0
     zero_latency: bool = False
     interlaced: bool = False
+    #: SPS and PPS in front of every keyframe as well as in the container's header, as a camera streaming
+    #: Annex B writes them (a decoder then takes in parameter sets that change mid-stream).
+    repeat_headers: bool = False
 
     def x264_options(self) -> dict[str, str]:
         """The ``options`` dict for PyAV's libx264 encoder."""
@@ -44,6 +47,8 @@ class H264Settings:
         ]
         if self.interlaced:
             params += ["interlaced=1", "tff=1"]
+        if self.repeat_headers:
+            params.append("repeat-headers=1")
         options = {"preset": self.preset, "crf": str(self.crf), "x264-params": ":".join(params)}
         if self.zero_latency:
             options["tune"] = "zerolatency"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -37,6 +37,8 @@ AV_FIELD_TT = 2
 ClipColour = Literal["bt601", "bt709"]
 #: AVColorSpace, AVColorPrimaries and AVColorTransferCharacteristic of BT.709 (all 1), AVColorRange MPEG.
 _BT709, _LIMITED = 1, 1
+#: The same three of SMPTE 170M, BT.601 as an SD camera names it (all 6).
+_SMPTE170M = 6
 
 
 def tag_colours(context: av.video.codeccontext.VideoCodecContext, colour: ClipColour) -> None:
@@ -84,6 +86,9 @@ class ClipTweaks:
     interlaced: bool = False
     all_black: bool = False
     rotation_deg: int = 0
+    #: Matrix, primaries and transfer the VUI names (limited range) instead of what ``ClipMedia.colour``
+    #: writes.
+    colour_tags: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,10 @@ def write_clip(path: Path, spec: ClipSpec, media: ClipMedia, tweaks: ClipTweaks 
         stream.pix_fmt = "yuv420p"
         stream.codec_context.thread_count = X264_THREADS
         tag_colours(stream.codec_context, media.colour)
+        if tweaks.colour_tags is not None:
+            context = stream.codec_context
+            context.colorspace, context.color_primaries, context.color_trc = tweaks.colour_tags
+            context.color_range = _LIMITED
         stream.options = dict[str, object](settings.x264_options())
         if tweaks.interlaced:
             stream.codec_context.field_order = AV_FIELD_TT
@@ -209,3 +218,50 @@ def reencode_clip(src: Path, dst: Path, *, scale: float, crf: int, gop_frames: i
             written += 1
         out.mux(stream.encode(None))
     return written
+
+
+def write_spliced_clip(path: Path, spec: ClipSpec, media: ClipMedia) -> ClipResult:
+    """One clip spliced from two recordings of the same footage: its first half as ``media`` says, its
+    second from a camera whose parameter sets name the other matrix (a recorder that switched colour modes,
+    or two files cut together without re-encoding): BT.709, or SMPTE 170M after BT.709 (named: FFmpeg keeps
+    the matrix an earlier SPS named when a later one names none). The second half's SPS travel in its
+    samples, so a decoder reads its pictures in the other matrix from the splice on, while the container's
+    header names only the first's. Both are encoded with a keyframe at the splice, without B-frames (FFmpeg tags the
+    B-frames it outputs after the new SPS arrived with it, though they were coded before), so the packets
+    join without a gap and the first picture in the other matrix is the splice's."""
+    frames = max(2, math.floor(spec.seconds * media.fps))
+    at = frames // 2
+    gop = replace(media.h264, gop_frames=at, bframes=0, repeat_headers=True)
+    first, second = (path.with_name(f"{path.name}.{k}.part") for k in (1, 2))
+    try:
+        result = write_clip(first, spec, replace(media, h264=gop))
+        other = (_SMPTE170M,) * 3 if media.colour == "bt709" else (_BT709,) * 3
+        write_clip(second, spec, replace(media, h264=gop), ClipTweaks(colour_tags=other))
+        tmp = path.with_name(path.name + ".part")
+        with av.open(str(first)) as a, av.open(str(second)) as b, av.open(str(tmp), "w", format="mp4") as out:
+            stream = out.add_stream_from_template(a.streams.video[0])
+            for source, keep_after in ((a, False), (b, True)):
+                video = source.streams.video[0]
+                reached = False  # the splice's keyframe passed, in decode order
+                for packet in source.demux(video):
+                    if packet.dts is None:
+                        continue  # the demuxer's end-of-stream packet
+                    reached = reached or (
+                        packet.is_keyframe and _frame_of(packet, video.time_base, media.fps) == at
+                    )
+                    if reached == keep_after:
+                        packet.stream = stream
+                        out.mux(packet)
+        os.replace(tmp, path)
+    finally:
+        first.unlink(missing_ok=True)
+        second.unlink(missing_ok=True)
+    after = "smpte170m" if media.colour == "bt709" else "bt709"
+    details = dict(result.details) | {"colour_change_frame": at, "colour_after": after}
+    return ClipResult(frames=result.frames, scene_cut_frames=result.scene_cut_frames, details=details)
+
+
+def _frame_of(packet: av.Packet, time_base: Fraction | None, fps: Fraction) -> int:
+    if packet.pts is None or time_base is None:
+        raise ValueError("a muxed video packet without a timestamp or time base")
+    return round(packet.pts * time_base * fps)

@@ -156,6 +156,12 @@ def test_demo_runs_every_vendor_dag_end_to_end_through_the_scheduler(
     assert {r["state"] for r in files} >= {"accepted", "accepted_with_flags", "quarantined", "duplicate"}
     broken_jpeg = next(k for k, f in generated.items() if f["defect"] == "corrupt_image")
     assert broken_jpeg[0] == "kestrel_ros2" and recorded[broken_jpeg]["reasons"] == ["decode_error"]
+    # A clip spliced from two recordings in different matrices passes ingest and the pre-gate; the
+    # scheduler's transcode task refuses it, and it ends quarantined with what it found.
+    spliced = next(k for k, f in generated.items() if f["defect"] == "colour_change")
+    assert recorded[spliced]["reasons"] == ["colour_mismatch"], recorded[spliced]
+    assert recorded[spliced]["detail"].startswith("transcode: picture "), recorded[spliced]
+    assert "names the colour matrix bt601, the stream began in bt709" in recorded[spliced]["detail"]
 
     # The video vendor's BT.709 footage: every transcoded clip read as BT.709 by the post-gate, as its source.
     engine = create_engine(catalog_url)

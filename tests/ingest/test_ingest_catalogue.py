@@ -26,6 +26,7 @@ from ingest_helpers import (
 from pipeline.enums import TERMINAL_FILE_STATES, FileState, ReasonCode
 from pipeline.steps.ingest import catalog_path
 from pipeline.synth import VideoDefect, VideoDropConfig, expected_outcome, make_video_drop
+from pipeline.synth.defects import TRANSCODE_DEFECTS
 from pipeline.synth.drop import DropManifest
 from pipeline.vendor_ingest import IngestReport, ingest_vendor
 
@@ -55,7 +56,8 @@ class Run:
 def _expected_from_manifest(manifest: DropManifest) -> dict[str, Expected]:
     out = {}
     for f in manifest.files:
-        state, reasons = expected_outcome(f.defect)
+        # what ingest gives it: a defect only the transcode finds is a clean file until then
+        state, reasons = expected_outcome(None if f.defect in TRANSCODE_DEFECTS else f.defect)
         out[f.path] = Expected.of(state, *reasons, duplicate_of=f.duplicate_of)
     return out
 

@@ -67,9 +67,13 @@ def test_video_command(tmp_path: Path) -> None:
         "--jobs",
         "1",
     ]
-    result = runner.invoke(app, [*args, "--defect", "all_black", "--no-sidecars"])
+    result = runner.invoke(
+        app, [*args, "--defect", "all_black", "--defect", "colour_change", "--no-sidecars"]
+    )
     assert result.exit_code == 0, result.output
     assert "all_black" in result.output and "blank_video" in result.output
+    # the table says which step finds a defect that ingest and the pre-gate pass
+    assert "quarantined (colour_mismatch) at transcode" in " ".join(result.output.split())
     assert not list(out.glob("**/*.meta.json"))
 
 

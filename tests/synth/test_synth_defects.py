@@ -6,6 +6,7 @@ import itertools
 import json
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 from foxglove_schemas_protobuf.CompressedVideo_pb2 import CompressedVideo
@@ -199,6 +200,21 @@ def test_corrupt_bitstream_makes_the_decoder_report_errors(video_drop) -> None:
     assert len(made.details["damaged_samples"]) == 3
     _, clean_errors = decode_clip(root / only(manifest, None).path)
     assert clean_errors == 0
+
+
+def test_colour_change_splices_pictures_in_another_matrix_the_header_does_not_name(video_drop) -> None:
+    """The first half as the drop's other clips (untagged: BT.601), the second tagged BT.709 in parameter
+    sets of its own from a keyframe on; every frame whole and in order, the container naming the first."""
+    root, manifest = video_drop
+    made = only(manifest, "colour_change")
+    at = made.details["colour_change_frame"]
+    frames, errors = decode_clip(root / made.path)
+    assert errors == 0 and len(frames) == made.details["frames"] and 0 < at < len(frames)
+    assert [f.colorspace for f in frames] == [2] * at + [1] * (len(frames) - at)  # unspecified, then BT.709
+    assert frames[at].key_frame
+    assert [read_frame_index(f.to_ndarray(format="rgb24")) for f in frames] == list(range(len(frames)))
+    with av.open(str(root / made.path)) as container:
+        assert container.streams.video[0].codec_context.colorspace == 2
 
 
 def test_defect_names_match_the_cli() -> None:
