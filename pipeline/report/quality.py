@@ -1,7 +1,7 @@
 """What makes the run report a quality tool: distributions against the vendor's thresholds and dataset
 statistics (the contact sheet of frames is :mod:`pipeline.report.sheet`).
 
-* **Histograms** of the gap rate, clock skew (p99) and PSNR of the vendor's episodes (this run's in colour,
+* **Histograms** of the gap rate, clock skew (p99), PSNR and chroma shift of the vendor's episodes (this run's in colour,
   the vendor's earlier ones in grey), each with the threshold the gate judged it against drawn as a dashed
   red line, and of every annotation score. Thresholds come from the vendor config the catalog recorded;
   when that is not the run's own config (the vendor file changed since), the report says so.
@@ -47,6 +47,7 @@ class VendorThresholds:
     gap_rate: float | None = None
     skew_ms: float | None = None
     psnr_db: float | None = None
+    chroma_shift: float | None = None
     note: str = ""
 
 
@@ -77,6 +78,7 @@ def vendor_thresholds(session: Session, vendor: str, run_config_hash: str) -> Ve
         gap_rate=config.quality.pre.max_gap_rate,
         skew_ms=config.timestamps.max_skew_s * 1e3,
         psnr_db=config.quality.post.min_psnr_db,
+        chroma_shift=config.quality.post.max_chroma_shift_levels,
         note=note,
     )
 
@@ -101,6 +103,11 @@ def histograms(
         else [],
         Figure.PSNR: [Threshold(thresholds.psnr_db, f"min_psnr_db {thresholds.psnr_db:g}")]
         if thresholds.psnr_db is not None
+        else [],
+        Figure.CHROMA_SHIFT: [
+            Threshold(thresholds.chroma_shift, f"max_chroma_shift_levels {thresholds.chroma_shift:g}")
+        ]
+        if thresholds.chroma_shift is not None
         else [],
     }
     out = []

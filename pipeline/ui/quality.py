@@ -1,11 +1,14 @@
 """The main quality figures per episode over time, read from the catalog or the warehouse.
 
-Four figures, one value per episode (and per score key for the annotation scores):
+Five figures, one value per episode (and per score key for the annotation scores):
 
 * ``gap_rate`` – the worst stream's share of missing messages (streams, written by ingest);
 * ``clock_skew`` – the worst stream's 99th-percentile |log time - hardware stamp|, in ms (streams);
 * ``psnr`` – the lowest sampled PSNR of the transcoded output against its source, in dB (the latest
   ``psnr`` check of the post gate: ``min_db`` of a clip, or the lowest camera's ``min_db`` of a robot log);
+* ``chroma_shift`` – the largest shift of a sampled output picture's mean Cb or Cr against its source, in
+  8-bit levels (the latest ``colour`` check of the post gate, ``chroma_shift_max`` likewise): a colour cast
+  shows here before it crosses the gate's limit;
 * ``scores`` – the annotation scores the manifest carries (``quality_*`` keys, in [0, 1]).
 
 An episode's time is when it was recorded (its first log time) when known, else when it was ingested.
@@ -41,6 +44,7 @@ class Figure(StrEnum):
     GAP_RATE = "gap_rate"
     CLOCK_SKEW = "clock_skew"
     PSNR = "psnr"
+    CHROMA_SHIFT = "chroma_shift"
     SCORES = "scores"
 
 
@@ -64,6 +68,11 @@ FIGURES: dict[Figure, FigureSpec] = {
         "PSNR after transcode",
         "lowest sampled PSNR, dB",
         "Lowest PSNR of sampled output frames against the source (post gate).",
+    ),
+    Figure.CHROMA_SHIFT: FigureSpec(
+        "Chroma shift after transcode",
+        "largest mean Cb/Cr shift, 8-bit levels",
+        "Largest shift of a sampled output frame's mean Cb or Cr against its source (post gate): a colour cast.",
     ),
     Figure.SCORES: FigureSpec(
         "Annotation scores", "score", "Quality scores the annotators recorded (latest value per key)."
@@ -96,6 +105,33 @@ class QualitySeries:
 _PG_TIME = "coalesce(timestamptz 'epoch' + (e.start_time_ns / 1000) * interval '1 microsecond', e.created_at)"
 _PG_FILTER = "(CAST(:vendor AS text) IS NULL OR v.name = :vendor)"
 
+
+def _pg_post_figure(series: Figure, check: str, key: str, worst: str) -> str:
+    """``series`` from the latest post-gate ``check`` of each episode: its ``key`` (a clip's), else the
+    ``worst`` (``min`` or ``max``) of its cameras' (a robot log's)."""
+    return f"""
+        WITH latest AS (
+            SELECT DISTINCT ON (c.episode_id) c.episode_id, c.observed
+            FROM check_results c
+            WHERE c.gate = 'quality_post' AND c.check_name = '{check}' AND c.observed IS NOT NULL
+            ORDER BY c.episode_id, c.checked_at DESC, c.id DESC
+        ), valued AS (
+            SELECT l.episode_id, coalesce(
+                CASE WHEN jsonb_typeof(l.observed -> '{key}') = 'number'
+                     THEN (l.observed ->> '{key}')::float8 END,
+                (SELECT {worst}((cam.value ->> '{key}')::float8)
+                 FROM jsonb_each(CASE WHEN jsonb_typeof(l.observed -> 'cameras') = 'object'
+                                      THEN l.observed -> 'cameras' ELSE '{{}}'::jsonb END) AS cam
+                 WHERE jsonb_typeof(cam.value -> '{key}') = 'number')
+            ) AS value
+            FROM latest l
+        )
+        SELECT e.id AS episode_id, v.name AS vendor, {_PG_TIME} AS t, '{series.value}' AS series, q.value
+        FROM valued q JOIN episodes e ON e.id = q.episode_id JOIN vendors v ON v.id = e.vendor_id
+        WHERE q.value IS NOT NULL AND {_PG_FILTER}
+        ORDER BY t DESC, episode_id DESC LIMIT :limit"""
+
+
 _PG_SQL: dict[Figure, str] = {
     Figure.GAP_RATE: f"""
         SELECT e.id AS episode_id, v.name AS vendor, {_PG_TIME} AS t, 'gap_rate' AS series,
@@ -111,27 +147,8 @@ _PG_SQL: dict[Figure, str] = {
         WHERE s.skew_p99_ns IS NOT NULL AND {_PG_FILTER}
         GROUP BY e.id, v.name
         ORDER BY t DESC, episode_id DESC LIMIT :limit""",
-    Figure.PSNR: f"""
-        WITH latest AS (
-            SELECT DISTINCT ON (c.episode_id) c.episode_id, c.observed
-            FROM check_results c
-            WHERE c.gate = 'quality_post' AND c.check_name = 'psnr' AND c.observed IS NOT NULL
-            ORDER BY c.episode_id, c.checked_at DESC, c.id DESC
-        ), valued AS (
-            SELECT l.episode_id, coalesce(
-                CASE WHEN jsonb_typeof(l.observed -> 'min_db') = 'number'
-                     THEN (l.observed ->> 'min_db')::float8 END,
-                (SELECT min((cam.value ->> 'min_db')::float8)
-                 FROM jsonb_each(CASE WHEN jsonb_typeof(l.observed -> 'cameras') = 'object'
-                                      THEN l.observed -> 'cameras' ELSE '{{}}'::jsonb END) AS cam
-                 WHERE jsonb_typeof(cam.value -> 'min_db') = 'number')
-            ) AS value
-            FROM latest l
-        )
-        SELECT e.id AS episode_id, v.name AS vendor, {_PG_TIME} AS t, 'psnr' AS series, q.value
-        FROM valued q JOIN episodes e ON e.id = q.episode_id JOIN vendors v ON v.id = e.vendor_id
-        WHERE q.value IS NOT NULL AND {_PG_FILTER}
-        ORDER BY t DESC, episode_id DESC LIMIT :limit""",
+    Figure.PSNR: _pg_post_figure(Figure.PSNR, "psnr", "min_db", "min"),
+    Figure.CHROMA_SHIFT: _pg_post_figure(Figure.CHROMA_SHIFT, "colour", "chroma_shift_max", "max"),
     Figure.SCORES: f"""
         WITH latest AS (
             SELECT DISTINCT ON (a.episode_id, a.key) a.episode_id, a.key, a.value
@@ -162,6 +179,25 @@ def catalog_points(
 _DK_TIME = "coalesce(CAST(ev.start_time_utc AS TIMESTAMPTZ), ev.created_at)"
 _DK_FILTER = "($vendor IS NULL OR ev.vendor = $vendor)"
 
+
+def _duck_post_figure(series: Figure, check: str, key: str, worst: str) -> str:
+    """:func:`_pg_post_figure` over the warehouse's ``latest_checks``."""
+    return f"""
+        WITH valued AS (
+            SELECT episode_id, coalesce(
+                TRY_CAST(json_extract_string(observed, '$.{key}') AS DOUBLE),
+                list_{worst}(list_transform(json_extract(observed, '$.cameras.*.{key}'),
+                                        lambda x: TRY_CAST(CAST(x AS VARCHAR) AS DOUBLE)))
+            ) AS value
+            FROM latest_checks
+            WHERE gate = 'quality_post' AND check_name = '{check}' AND observed IS NOT NULL
+        )
+        SELECT ev.episode_id, ev.vendor, {_DK_TIME} AS t, '{series.value}' AS series, q.value
+        FROM valued q JOIN episode_view ev USING (episode_id)
+        WHERE q.value IS NOT NULL AND {_DK_FILTER}
+        ORDER BY t DESC, ev.episode_id DESC LIMIT $limit"""
+
+
 _DUCK_SQL: dict[Figure, str] = {
     Figure.GAP_RATE: f"""
         SELECT ev.episode_id, ev.vendor, {_DK_TIME} AS t, 'gap_rate' AS series, ev.gap_rate_max AS value
@@ -174,20 +210,8 @@ _DUCK_SQL: dict[Figure, str] = {
         FROM episode_view ev
         WHERE ev.skew_p99_abs_max_ns IS NOT NULL AND {_DK_FILTER}
         ORDER BY t DESC, ev.episode_id DESC LIMIT $limit""",
-    Figure.PSNR: f"""
-        WITH valued AS (
-            SELECT episode_id, coalesce(
-                TRY_CAST(json_extract_string(observed, '$.min_db') AS DOUBLE),
-                list_min(list_transform(json_extract(observed, '$.cameras.*.min_db'),
-                                        lambda x: TRY_CAST(CAST(x AS VARCHAR) AS DOUBLE)))
-            ) AS value
-            FROM latest_checks
-            WHERE gate = 'quality_post' AND check_name = 'psnr' AND observed IS NOT NULL
-        )
-        SELECT ev.episode_id, ev.vendor, {_DK_TIME} AS t, 'psnr' AS series, q.value
-        FROM valued q JOIN episode_view ev USING (episode_id)
-        WHERE q.value IS NOT NULL AND {_DK_FILTER}
-        ORDER BY t DESC, ev.episode_id DESC LIMIT $limit""",
+    Figure.PSNR: _duck_post_figure(Figure.PSNR, "psnr", "min_db", "min"),
+    Figure.CHROMA_SHIFT: _duck_post_figure(Figure.CHROMA_SHIFT, "colour", "chroma_shift_max", "max"),
     Figure.SCORES: f"""
         SELECT ev.episode_id, ev.vendor, {_DK_TIME} AS t, a.key AS series,
                TRY_CAST(CAST(a.value AS VARCHAR) AS DOUBLE) AS value

@@ -40,9 +40,10 @@ def test_report_is_self_contained_with_plots_and_the_run(
     assert not re.search(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", html, re.I), "a URL is left in the report"
     assert "<script" not in html and "<link" not in html
     histograms = html.count('<div class="plot-card histogram"')
-    # over time: PSNR and scores, the video vendor's figures; then their distributions
-    assert html.count("<svg") == 2 + histograms and 'class="plot"' in html
+    # over time: PSNR, chroma shift and scores, the video vendor's figures; then their distributions
+    assert html.count("<svg") == 3 + histograms and 'class="plot"' in html
     assert '<div class="plot-card histogram" data-figure="psnr">' in html
+    assert '<div class="plot-card histogram" data-figure="chroma_shift">' in html
     # this world's vendors recorded no config: the report says it has no thresholds, and draws none
     assert "no readable config" in html and 'id="threshold-' not in html
     assert "this run" in html  # the run's episodes are ringed

@@ -112,7 +112,7 @@ def test_the_report_shows_distributions_with_thresholds_and_a_contact_sheet(
             page.goto(report.as_uri(), timeout=PAGE_TIMEOUT_MS)
 
             # A histogram per measured figure, each with its threshold drawn as a visible vertical line.
-            for figure in ("gap_rate", "clock_skew", "psnr"):
+            for figure in ("gap_rate", "clock_skew", "psnr", "chroma_shift"):
                 card = page.locator(f'.plot-card.histogram[data-figure="{figure}"]')
                 expect(card).to_be_visible()
                 assert card.locator(f'[id^="histogram-{figure}-"]').count() > 0  # the bars

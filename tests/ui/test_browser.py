@@ -17,6 +17,7 @@ from world import CRC_DETAIL, DATASET, VERSION, World
 
 from pipeline.airflow_local import LocalAirflow
 from pipeline.catalog.roles import RoleUrls
+from pipeline.ui.quality import Figure
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -102,7 +103,8 @@ def test_view_shows_quarantine_plot_and_manifest_lineage(
             expect(plot).to_be_visible()
             assert plot.bounding_box()["height"] > 100  # type: ignore[index]
             assert plot.locator("path, use").count() > 10  # axes, ticks and the points themselves
-            expect(view.locator("svg.plot")).to_have_count(4)
+            expect(view.locator("svg.plot")).to_have_count(len(Figure))  # every figure has points here
+            expect(view.locator('.plot-card[data-figure="chroma_shift"] svg.plot')).to_be_visible()
             page.screenshot(path=str(ARTIFACTS / "sluice-view.png"))
             plot.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "sluice-plots.png"))

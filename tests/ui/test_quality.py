@@ -36,6 +36,8 @@ def test_catalog_points_are_the_recorded_figures(sources: ViewSources, world: Wo
     assert _by_episode(world, series[Figure.CLOCK_SKEW].points) == pytest.approx(world.skew_ms)
     # robot logs: the lowest camera's min_db; clips: their own min_db
     assert _by_episode(world, series[Figure.PSNR].points) == pytest.approx(world.psnr)
+    # the colour check's: the largest camera's shift of a robot log, a video's own
+    assert _by_episode(world, series[Figure.CHROMA_SHIFT].points) == pytest.approx(world.chroma_shift)
     names = {v: k for k, v in world.episodes.items()}
     scores = {(names[p.episode_id], p.series): p.value for p in series[Figure.SCORES].points}
     # the latest annotator version wins (e2's 0.5 was superseded); "n/a" and non-score keys give no point

@@ -14,6 +14,7 @@ from pipeline.catalog import repo
 from pipeline.catalog.engine import make_engine
 from pipeline.catalog.views import read_only_engine
 from pipeline.ui.pages import ViewSources, lineage_page, overview, run_page, vendor_page
+from pipeline.ui.quality import Figure
 from pipeline.ui.render import render
 
 pytestmark = pytest.mark.integration
@@ -49,7 +50,7 @@ def test_overview_shows_runs_quarantines_plots_and_versions(sources: ViewSources
         assert row is not None, name
         assert world.paths[name] in row.group(1) and reason in row.group(1)
     assert CRC_DETAIL in html
-    assert parsed.svgs == 4 and html.count('class="plot"') == 4
+    assert parsed.svgs == len(Figure) and html.count('class="plot"') == len(Figure)  # every figure has points
     assert f"{DATASET}@{VERSION}" in html and f"lineage?ref=manifest%3A{DATASET}%40{VERSION}%3A0" in html
     assert f'href="run?id={world.runs["video"]}"' in html and "succeeded with warnings" in html
     assert 'class="toggle off"' in html  # the video run switched annotate off
@@ -64,7 +65,8 @@ def test_vendor_and_run_pages(sources: ViewSources, world: World) -> None:
     run = render("run", run_page(sources, world.runs["video"]))
     assert "transcode</b> (critical)" in run and "ray worker died (OOM)" in run
     assert "switched off for this run: annotate" in run and "blank_video" in run
-    assert run.count('class="plot"') == 2  # gap rate and skew have no video points; PSNR and scores do
+    # gap rate and skew have no video points; PSNR, chroma shift and scores do
+    assert run.count('class="plot"') == 3
     empty = render("vendor", vendor_page(sources, "nobody"))
     assert "No files of vendor nobody" in empty
 

@@ -63,6 +63,7 @@ class World:
     gap_rate: dict[str, float] = field(default_factory=dict)
     skew_ms: dict[str, float] = field(default_factory=dict)
     psnr: dict[str, float] = field(default_factory=dict)
+    chroma_shift: dict[str, float] = field(default_factory=dict)
     scores: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
@@ -96,6 +97,9 @@ PSNR_CAMERAS = {
     "e3": {"front": 36.0, "wrist": 37.0},
 }
 PSNR_CLIPS = {"c1": 39.1, "c4": 37.5}
+#: the colour check's largest mean chroma shift, per camera of a robot log or of a video's clips
+CHROMA_CAMERAS = {"e1": {"front": 0.4, "wrist": 0.9}, "e3": {"front": 2.6}}
+CHROMA_CLIPS = {"c1": 0.25}
 IN_DATASET = [("e1", "train"), ("e2", "train"), ("e3", "val"), ("e7", "eval")]
 
 
@@ -206,6 +210,21 @@ def _streams_and_checks(session: Session, world: World) -> None:
             config_hash=TRANSCODE_CONFIG, status="passed", observed={"frames": 8, "min_db": value},
         )  # fmt: skip
         world.psnr[name] = value
+    for name, shifts in CHROMA_CAMERAS.items():
+        observed = {"cameras": {c: {"source": ["bt601"], "chroma_shift_max": v} for c, v in shifts.items()}}
+        repo.record_check(
+            session,
+            episode_id=world.episodes[name], gate="quality_post", check_name="colour",
+            config_hash=TRANSCODE_CONFIG, status="passed", observed=observed,
+        )  # fmt: skip
+        world.chroma_shift[name] = max(shifts.values())
+    for name, value in CHROMA_CLIPS.items():
+        repo.record_check(
+            session,
+            episode_id=world.episodes[name], gate="quality_post", check_name="colour",
+            config_hash=TRANSCODE_CONFIG, status="passed", observed={"output": ["bt601"], "chroma_shift_max": value},
+        )  # fmt: skip
+        world.chroma_shift[name] = value
 
 
 def _annotations(session: Session, world: World) -> None:
