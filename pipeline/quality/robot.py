@@ -18,7 +18,7 @@ messages.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.enums import CheckStatus, ReasonCode, Severity
@@ -213,11 +213,30 @@ def _registry_problem(topic: TopicStats) -> str | None:
 # -- expectations ------------------------------------------------------------------------------------------
 
 
-def _rows(frame: pd.DataFrame, labels: Sequence[str], column: str, unit: str = "") -> str:
+def _rows(
+    frame: pd.DataFrame,
+    labels: Sequence[str],
+    column: str,
+    unit: str = "",
+    shown: Callable[[Any], str] | None = None,
+) -> str:
     values = frame.set_index("topic")[column].to_dict() if "topic" in frame.columns else {}
-    return ", ".join(f"{label} {values.get(label)}{unit}" for label in labels[:5]) + (
+    show = shown or (lambda value: f"{value}{unit}")
+    return ", ".join(f"{label} {show(values.get(label))}" for label in labels[:5]) + (
         f" (+{len(labels) - 5} more)" if len(labels) > 5 else ""
     )
+
+
+def _duration_text(ns: Any) -> str:
+    """A time span in nanoseconds as a person reads it: ``3,600.033 s``, ``25.0 ms``, ``480 µs``."""
+    if ns is None or ns != ns:  # no value for this topic (NaN from the frame)
+        return "?"
+    seconds = abs(float(ns)) / 1e9
+    if seconds >= 1:
+        return f"{float(ns) / 1e9:,.3f} s"
+    if seconds >= 1e-3:
+        return f"{float(ns) / 1e6:.1f} ms"
+    return f"{float(ns) / 1e3:.0f} µs"
 
 
 def _no_problem(name: str, column: str, reason: ReasonCode) -> Expect:
@@ -286,7 +305,7 @@ def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
             {"column_A": "jump_limit_ns", "column_B": "largest_jump_ns", "or_equal": True},
             R.CLOCK_JUMP,
             explain=lambda f, labels: (
-                f"log time jumps on {_rows(f, labels, 'largest_jump_ns', ' ns')} "
+                f"log time jumps on {_rows(f, labels, 'largest_jump_ns', shown=_duration_text)} "
                 f"(limit {ts.max_clock_jump_s:g} s, or {CLOCK_JUMP_MIN_PERIODS:g} periods of a slow topic)"
             ),
         ),
@@ -298,7 +317,7 @@ def mcap_expectations(vendor: VendorConfig) -> list[Expect]:
             R.CLOCK_SKEW,
             explain=lambda f, labels: (
                 f"log time vs hardware stamp off by "
-                f"{_rows(f, labels, 'abs_skew_max_ns', ' ns')} (limit {ts.max_skew_s:g} s)"
+                f"{_rows(f, labels, 'abs_skew_max_ns', shown=_duration_text)} (limit {ts.max_skew_s:g} s)"
             ),
         ),
     ]
