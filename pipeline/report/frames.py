@@ -27,6 +27,8 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import av
 
+    from pipeline.families import FrameKind, FramePayload
+
 log = logging.getLogger(__name__)
 
 #: Thumbnail width in pixels (height keeps the aspect ratio): eight fit across a report page.
@@ -38,8 +40,9 @@ JPEG_QSCALE = 5
 MAX_DECODED_UNITS = 3_000
 #: Frames decoded at most after a seek in a clip (a GOP is 1-10 s; 600 frames is 20 s at 30 fps).
 MAX_CLIP_FRAMES = 600
-#: Message encodings of video frames in a robot log (Foxglove's CompressedVideo), by ``format``.
-VIDEO_FORMATS = frozenset({"h264", "h265"})
+#: Still images or raw pictures of a camera kept while a raw robot log is read: the newest that decodes is
+#: shown (a broken one among them is passed over).
+MAX_STILL_PICTURES = 8
 NS_PER_S = 1_000_000_000
 
 
@@ -111,43 +114,57 @@ def transcoded_frame(
 def raw_log_frame(
     handle: IO[bytes], camera: str | None, *, at_ns: int | None, start_ns: int | None, why: str | None
 ) -> Thumbnail:
-    """The frame of ``camera`` (default: the first video topic) on screen at ``at_ns`` in a raw robot log,
-    or the last one that decodes before the file's damage (see the module doc)."""
-    import av
+    """The frame of ``camera`` (default: the first camera topic of a family :mod:`pipeline.families`
+    knows) on screen at ``at_ns`` in a raw robot log, or the last one that decodes before the file's damage
+    (see the module doc). Video needs the units from the latest keyframe on; a still image or raw picture
+    stands alone, so the latest few are kept, the newest that decodes shown (one can be the broken one)."""
+    from pipeline.families import FrameDecoder, FrameKind, MessageFamilyError
+    from pipeline.transcode.bitstream import unit_info
 
-    from pipeline.transcode.h264 import access_unit_info
-
-    units = _VideoUnits(handle, camera)
-    gop: list[tuple[int, bytes]] = []  # from the latest keyframe on: what the frame at the target needs
-    topic: str | None = None
+    payloads = _CameraPayloads(handle, camera)
+    kept: list[tuple[int, int, FramePayload]] = []  # (index, log time, payload) the frame at the target needs
     first_ns: int | None = None
-    for channel_topic, log_time, data in units:
-        topic = topic or channel_topic
+    for index, (log_time, payload) in enumerate(payloads):
         first_ns = log_time if first_ns is None else first_ns
-        if at_ns is not None and log_time > at_ns and gop:
+        if at_ns is not None and log_time > at_ns and kept:
             break
-        try:
-            keyframe = access_unit_info(data).idr
-        except ValueError:
-            keyframe = False
-        if keyframe:
-            gop = []
-        gop.append((log_time, data))
-        if len(gop) > MAX_DECODED_UNITS:
-            gop = gop[-MAX_DECODED_UNITS:]
-    stopped = units.stopped
-    if topic is None:
-        return none("no video frame could be read" + (f" ({stopped})" if stopped else ""))
-    decoder = av.CodecContext.create("h264", "r")
+        if payloads.kind is FrameKind.VIDEO:
+            try:
+                if unit_info(payload.format, payload.data).random_access:
+                    kept = []
+            except ValueError:
+                pass
+        kept.append((index, log_time, payload))
+        limit = MAX_DECODED_UNITS if payloads.kind is FrameKind.VIDEO else MAX_STILL_PICTURES
+        if len(kept) > limit:
+            kept = kept[-limit:]
+    stopped = payloads.stopped
+    topic, kind = payloads.topic, payloads.kind
+    if topic is None or kind is None or not kept:
+        return none("no camera frame could be read" + (f" ({stopped})" if stopped else ""))
     last: tuple[int, av.VideoFrame] | None = None
-    for log_time, data in gop:
-        try:
-            for frame in decoder.decode(av.Packet(data)):
-                last = (log_time, frame)
-        except av.FFmpegError:
-            continue
+    if kind is FrameKind.VIDEO:
+        decoder = FrameDecoder(kind, kept[0][2].format, what=topic)
+        for index, log_time, payload in kept:
+            try:
+                for frame in decoder.decode(index, payload):
+                    last = (log_time, frame)
+            except MessageFamilyError:
+                continue
+    else:
+        for index, log_time, payload in reversed(kept):  # the newest picture that decodes
+            try:
+                frames = FrameDecoder(kind, payload.format, what=topic).decode(index, payload)
+            except MessageFamilyError:
+                continue
+            last = (log_time, frames[-1])
+            break
     if last is None:
-        return none(f"{topic}: no frame decodes from the last keyframe on")
+        return none(
+            f"{topic}: no frame decodes from the last keyframe on"
+            if kind is FrameKind.VIDEO
+            else f"{topic}: none of the last {len(kept)} pictures decodes"
+        )
     origin = start_ns if start_ns is not None else first_ns
     at_s = (last[0] - origin) / NS_PER_S if origin is not None else None
     if at_ns is not None and why:
@@ -159,24 +176,30 @@ def raw_log_frame(
     return _jpeg(last[1], at_s, note)
 
 
-class _VideoUnits:
-    """``(topic, log_time, access unit)`` of one camera's video messages, in file order, until the end or
-    the first record the stock stream reader refuses (then :attr:`stopped` says why)."""
+class _CameraPayloads:
+    """``(log_time, picture)`` of one camera's messages in file order (any camera family: video units,
+    still images, raw pictures), until the end or the first record the stock stream reader refuses (then
+    :attr:`stopped` says why). A message whose picture cannot be taken out of it is passed over."""
 
     def __init__(self, handle: IO[bytes], camera: str | None) -> None:
         self.handle = handle
         self.camera = camera
         self.stopped = ""
+        self.topic: str | None = None
+        self.kind: FrameKind | None = None
 
-    def __iter__(self) -> Iterator[tuple[str, int, bytes]]:
+    def __iter__(self) -> Iterator[tuple[int, FramePayload]]:
         from mcap.records import Channel, Message, Schema
         from mcap.stream_reader import StreamReader
 
+        from pipeline.families import MessageFamilyError, camera_family, read_payload
         from pipeline.mcaplog.decode import decode_message
 
         schemas: dict[int, Schema] = {}
         channels: dict[int, Channel] = {}
         chosen: int | None = None
+        family = None
+        count = 0
         try:
             for record in StreamReader(self.handle, validate_crcs=True).records:
                 if isinstance(record, Schema):
@@ -186,21 +209,25 @@ class _VideoUnits:
                 elif isinstance(record, Message) and record.channel_id in channels:
                     channel = channels[record.channel_id]
                     schema = schemas.get(channel.schema_id)
-                    if chosen is None and _is_camera(schema, channel, self.camera):
-                        chosen = channel.id
-                    if record.channel_id != chosen:
+                    if chosen is None and (self.camera is None or channel.topic == self.camera):
+                        family = camera_family(schema.name if schema is not None else None)
+                        if family is not None:
+                            chosen, self.topic, self.kind = channel.id, channel.topic, family.kind
+                    if record.channel_id != chosen or family is None:
                         continue
-                    decoded = decode_message(schema, channel, record.data)
-                    if str(getattr(decoded, "format", "")).lower() in VIDEO_FORMATS:
-                        yield channel.topic, record.log_time, bytes(decoded.data)
+                    count += 1
+                    try:
+                        payload = read_payload(
+                            family,
+                            decode_message(schema, channel, record.data),
+                            frame=count - 1,
+                            what=channel.topic,
+                        )
+                    except MessageFamilyError:
+                        continue
+                    yield record.log_time, payload
         except Exception as exc:  # the stock reader's errors share no base class: any of them ends the read
             self.stopped = f"{type(exc).__name__}: {exc}"[:200]
-
-
-def _is_camera(schema: Any, channel: Any, camera: str | None) -> bool:
-    if schema is None or schema.name != "foxglove.CompressedVideo":
-        return False
-    return camera is None or channel.topic == camera
 
 
 # -- clips ---------------------------------------------------------------------------------------------------

@@ -22,8 +22,6 @@ from pipeline.report.frames import Thumbnail
 #: to the second; each costs a GOP's decode and ~7 kB of page.
 MAX_SHEET_HELD = 24
 MAX_SHEET_ACCEPTED = 12
-#: The video message schema whose topics are a robot log's cameras.
-CAMERA_SCHEMA = "foxglove.CompressedVideo"
 
 
 @dataclass
@@ -132,9 +130,11 @@ def failure_point(
     """Where to look in a robot log: ``(log time, camera topic, why)`` of a failed check that names a
     time (the largest clock jump, the worst stream's largest gap), else the middle (why None), else
     nothing known (the caller takes the last frame that decodes)."""
+    from pipeline.families import camera_family
+
     probe = checks.get("probe", (None, {}))[1]
     topics = {str(t.get("topic")): t for t in probe.get("topics", []) if isinstance(t, dict)}
-    cameras = sorted(t for t, s in topics.items() if s.get("schema_name") == CAMERA_SCHEMA)
+    cameras = sorted(t for t, s in topics.items() if camera_family(s.get("schema_name")) is not None)
     camera = cameras[0] if cameras else None
     for name, reason in (
         ("max_clock_jump", ReasonCode.CLOCK_JUMP),
