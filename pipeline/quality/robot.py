@@ -231,10 +231,11 @@ def _duration_text(ns: Any) -> str:
     """A time span in nanoseconds as a person reads it: ``3,600.033 s``, ``25.0 ms``, ``480 µs``."""
     if ns is None or ns != ns:  # no value for this topic (NaN from the frame)
         return "?"
-    seconds = abs(float(ns)) / 1e9
-    if seconds >= 1:
+    size = abs(float(ns))
+    # each unit from where the one below would round up to 1000 of itself
+    if size >= 999_950_000:
         return f"{float(ns) / 1e9:,.3f} s"
-    if seconds >= 1e-3:
+    if size >= 999_500:
         return f"{float(ns) / 1e6:.1f} ms"
     return f"{float(ns) / 1e3:.0f} µs"
 

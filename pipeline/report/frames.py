@@ -114,27 +114,33 @@ def transcoded_frame(
 def raw_log_frame(
     handle: IO[bytes], camera: str | None, *, at_ns: int | None, start_ns: int | None, why: str | None
 ) -> Thumbnail:
-    """The frame of ``camera`` (default: the first camera topic of a family :mod:`pipeline.families`
-    knows) on screen at ``at_ns`` in a raw robot log, or the last one that decodes before the file's damage
-    (see the module doc). Video needs the units from the latest keyframe on; a still image or raw picture
-    stands alone, so the latest few are kept, the newest that decodes shown (one can be the broken one)."""
+    """The frame of ``camera`` (default: the topic of the first camera message, of a family
+    :mod:`pipeline.families` knows) on screen at ``at_ns`` in a raw robot log, or the last one that decodes
+    before the file's damage (see the module doc). Video needs the units from the latest random-access unit
+    on (and the latest parameter sets, when that unit carries none); a still image or raw picture stands
+    alone, so the latest few are kept, the newest that decodes shown (one can be the broken one)."""
     from pipeline.families import FrameDecoder, FrameKind, MessageFamilyError
     from pipeline.transcode.bitstream import unit_info
 
     payloads = _CameraPayloads(handle, camera)
     kept: list[tuple[int, int, FramePayload]] = []  # (index, log time, payload) the frame at the target needs
+    parameters: tuple[int, int, FramePayload] | None = None  # the latest video unit with parameter sets
     first_ns: int | None = None
     for index, (log_time, payload) in enumerate(payloads):
         first_ns = log_time if first_ns is None else first_ns
         if at_ns is not None and log_time > at_ns and kept:
             break
+        entry = (index, log_time, payload)
         if payloads.kind is FrameKind.VIDEO:
             try:
-                if unit_info(payload.format, payload.data).random_access:
-                    kept = []
+                info = unit_info(payload.format, payload.data)
             except ValueError:
-                pass
-        kept.append((index, log_time, payload))
+                info = None
+            if info is not None and info.random_access:
+                kept = [parameters] if parameters is not None and not info.coders else []
+            if info is not None and info.coders:
+                parameters = entry
+        kept.append(entry)
         limit = MAX_DECODED_UNITS if payloads.kind is FrameKind.VIDEO else MAX_STILL_PICTURES
         if len(kept) > limit:
             kept = kept[-limit:]
@@ -144,13 +150,17 @@ def raw_log_frame(
         return none("no camera frame could be read" + (f" ({stopped})" if stopped else ""))
     last: tuple[int, av.VideoFrame] | None = None
     if kind is FrameKind.VIDEO:
+        times = {index: log_time for index, log_time, _ in kept}  # frames come out by pts = unit index
         decoder = FrameDecoder(kind, kept[0][2].format, what=topic)
-        for index, log_time, payload in kept:
+        ends: list[tuple[int, int, FramePayload | None]] = [*kept, (-1, 0, None)]  # None: flush
+        for index, _, unit in ends:
             try:
-                for frame in decoder.decode(index, payload):
-                    last = (log_time, frame)
+                frames = decoder.decode(index, unit) if unit is not None else decoder.flush()
             except MessageFamilyError:
                 continue
+            for frame in frames:
+                if frame.pts in times:
+                    last = (times[frame.pts], frame)
     else:
         for index, log_time, payload in reversed(kept):  # the newest picture that decodes
             try:
@@ -217,13 +227,11 @@ class _CameraPayloads:
                         continue
                     count += 1
                     try:
-                        payload = read_payload(
-                            family,
-                            decode_message(schema, channel, record.data),
-                            frame=count - 1,
-                            what=channel.topic,
-                        )
+                        decoded = decode_message(schema, channel, record.data)
+                        payload = read_payload(family, decoded, frame=count - 1, what=channel.topic)
                     except MessageFamilyError:
+                        continue
+                    except Exception:  # a message its schema does not decode: passed over, as a bad picture
                         continue
                     yield record.log_time, payload
         except Exception as exc:  # the stock reader's errors share no base class: any of them ends the read

@@ -254,8 +254,8 @@ def write_spliced_clip(path: Path, spec: ClipSpec, media: ClipMedia) -> ClipResu
                         out.mux(packet)
         os.replace(tmp, path)
     finally:
-        first.unlink(missing_ok=True)
-        second.unlink(missing_ok=True)
+        for part in (first, second, path.with_name(path.name + ".part")):
+            part.unlink(missing_ok=True)
     after = "smpte170m" if media.colour == "bt709" else "bt709"
     details = dict(result.details) | {"colour_change_frame": at, "colour_after": after}
     return ClipResult(frames=result.frames, scene_cut_frames=result.scene_cut_frames, details=details)

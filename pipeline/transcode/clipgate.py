@@ -106,6 +106,10 @@ class _ClipDecode:
 
     def _close(self) -> None:
         self.scan.extradata = bytes(self._stream.codec_context.extradata or b"")
+        self.close()
+
+    def close(self) -> None:
+        """Close the clip's file, decoded to its end or not."""
         self._container.close()
         self._frames = None
 
@@ -139,6 +143,12 @@ class _Clips:
         self._open[index] = opened
         return opened
 
+    def close(self) -> None:
+        """Close every clip still open (the comparison stopped on an error)."""
+        for opened in self._open.values():
+            opened.close()
+        self._open.clear()
+
     def finish(self) -> None:
         """Decode every clip the source did not reach, or not to its end."""
         for index in self._entries:
@@ -164,8 +174,11 @@ def check_clips(
         k: {} for k in ("decode", "gop", "duration", "psnr", "colour", "sha256")
     }
     decoded = _Clips(out_dir, manifest["clips"], post.psnr_sample_frames)
-    values, colours = _compare(source, manifest, options, decoded)
-    decoded.finish()
+    try:
+        values, colours = _compare(source, manifest, options, decoded)
+        decoded.finish()
+    finally:
+        decoded.close()
     for entry in manifest["clips"]:
         path = out_dir / entry["file"]
         name = entry["file"]

@@ -103,6 +103,10 @@ def _picture_type(frame: av.VideoFrame) -> str:
 
 def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
     """PSNR of two uint8 pictures of the same shape (8-bit peak)."""
+    if a.dtype != np.uint8 or b.dtype != np.uint8 or a.shape != b.shape or a.size == 0:
+        raise ValueError(
+            f"psnr_db takes two uint8 pictures of one shape, not {a.dtype}{a.shape} and {b.dtype}{b.shape}"
+        )
     diff = np.subtract(a, b, dtype=np.int16).ravel()
     mse = int(np.einsum("i,i->", diff, diff, dtype=np.int64)) / diff.size
     return PSNR_IDENTICAL_DB if mse == 0 else min(PSNR_IDENTICAL_DB, 10 * math.log10(255.0**2 / mse))
@@ -186,7 +190,8 @@ class ColourFindings:
             "source": sorted({s for s, _ in self.pairs}),
             "output": sorted({o for _, o in self.pairs}),
             "output_range": sorted(self.ranges),
-            "chroma_shift_max": round(self.chroma_shift, 3),
+            # none when no picture was compared: 0 would read as a perfect match in the quality figures
+            "chroma_shift_max": round(self.chroma_shift, 3) if self.pairs else None,
         }
 
     def problem(self, max_shift: float) -> str | None:

@@ -65,17 +65,25 @@ def test_a_cut_off_log_of_any_camera_family_shows_its_last_frame_before_the_dama
 
 
 def test_a_broken_jpeg_is_passed_over_for_the_newest_picture_that_decodes(tmp_path: Path) -> None:
+    from mcap.reader import make_reader
+
     from pipeline.synth import layout
+    from pipeline.synth.flavors import flavor
 
     camera = layout.CAMERA_NAMES[0]
-    path = _episode(
+    topic = flavor("ros2-jpeg").camera_topic(camera)
+    clean = _episode(tmp_path / "clean.mcap", "ros2-jpeg")
+    broken = _episode(
         tmp_path / "broken.mcap",
         "ros2-jpeg",
         EpisodeTweaks(corrupt_image_camera=camera, corrupt_image_frame=30),
     )
-    with open(path, "rb") as handle:
-        # the broken picture is the one on screen at this time: the one before it is shown
-        at = START_NS + 1_000_000_000 + 1_000_000
-        shown = raw_log_frame(handle, None, at_ns=at, start_ns=START_NS, why="decode_error")
-    assert shown.data_uri is not None, shown.note
-    assert shown.at_s is not None and shown.at_s < 1.0, shown.at_s
+    with open(broken, "rb") as handle:
+        times = [m.log_time for _, _, m in make_reader(handle).iter_messages(topics=[topic])]
+    shown = {}
+    for name, path in (("clean", clean), ("broken", broken)):
+        with open(path, "rb") as handle:  # asked for the time the broken picture is logged at
+            shown[name] = raw_log_frame(handle, topic, at_ns=times[30], start_ns=START_NS, why="decode_error")
+        assert shown[name].data_uri is not None and shown[name].note.startswith(topic), shown[name].note
+    assert shown["clean"].at_s == pytest.approx((times[30] - START_NS) / 1e9)
+    assert shown["broken"].at_s == pytest.approx((times[29] - START_NS) / 1e9)  # the one before it

@@ -99,7 +99,7 @@ PSNR_CAMERAS = {
 PSNR_CLIPS = {"c1": 39.1, "c4": 37.5}
 #: the colour check's largest mean chroma shift, per camera of a robot log or of a video's clips
 CHROMA_CAMERAS = {"e1": {"front": 0.4, "wrist": 0.9}, "e3": {"front": 2.6}}
-CHROMA_CLIPS = {"c1": 0.25}
+CHROMA_CLIPS: dict[str, float | None] = {"c1": 0.25, "c4": None}  # c4: no clip picture was compared
 IN_DATASET = [("e1", "train"), ("e2", "train"), ("e3", "val"), ("e7", "eval")]
 
 
@@ -224,7 +224,8 @@ def _streams_and_checks(session: Session, world: World) -> None:
             episode_id=world.episodes[name], gate="quality_post", check_name="colour",
             config_hash=TRANSCODE_CONFIG, status="passed", observed={"output": ["bt601"], "chroma_shift_max": value},
         )  # fmt: skip
-        world.chroma_shift[name] = value
+        if value is not None:  # nothing compared is no point, not a perfect 0
+            world.chroma_shift[name] = value
 
 
 def _annotations(session: Session, world: World) -> None:
