@@ -92,7 +92,13 @@ class RunSummary:
 
 
 def _run_summary(row: Any, counts: dict[str, dict[str, int]]) -> RunSummary:
-    entries = [dict(e) for e in (row.warnings or []) if isinstance(e, dict)]
+    # every key a reader of an entry uses: a note of a run-level task (discover's source_empty) has no
+    # batches or item counts
+    entries = [
+        {"step": "?", "detail": "", "failed_items": 0, "batches": [], **e}
+        for e in (row.warnings or [])
+        if isinstance(e, dict)
+    ]
     # finalize() stores both kinds in one list; `critical` tells a failure from a warning.
     failures = [e for e in entries if e.get("critical")]
     warnings = [e for e in entries if not e.get("critical")]

@@ -84,7 +84,8 @@ def print_table(
     for column in columns:
         table.add_column(column, overflow="fold", justify="right" if column in justify_right else "left")
     for row_cells in cells:
-        table.add_row(*row_cells)
+        # Text, not markup: paths, details and names come from vendors ("odd[bold]name" is a file name)
+        table.add_row(*(Text(cell) for cell in row_cells))
     out.print(table)
 
 

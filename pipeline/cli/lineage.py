@@ -18,8 +18,9 @@ from pipeline.cli._common import console, print_json, print_table
 def command(
     ref: str = typer.Argument(
         ...,
-        help="blob:<sha256>, file:<vendor>/<path>, episode:<id>, artifact:<id|uri>, shard:<id>, "
-        "manifest:<dataset>@<version>[:<row>]",
+        # code spans: the help is markdown, where a bare <sha256> is an HTML tag and vanishes
+        help="`blob:<sha256>`, `file:<vendor>/<path>`, `episode:<id>`, `artifact:<id|uri>`, `shard:<id>`, "
+        "`manifest:<dataset>@<version>[:<row>]`",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -37,6 +38,10 @@ def command(
     _print(lineage)
 
 
+def _facts(node: Any) -> str:
+    return ", ".join(f"{k}={_value(k, v)}" for k, v in node.fields.items() if v not in (None, ""))
+
+
 def _value(key: str, value: Any) -> str:
     from pipeline.ui.render import format_fact
 
@@ -44,16 +49,24 @@ def _value(key: str, value: Any) -> str:
 
 
 def _print(lineage: Any) -> None:
+    from rich.text import Text
     from rich.tree import Tree
 
-    tree = Tree(f"[bold]{lineage.ref}[/]")
-    branch = tree
-    for node in lineage.chain:
-        facts = ", ".join(f"{k}={_value(k, v)}" for k, v in node.fields.items() if v not in (None, ""))
-        branch = branch.add(f"[bold]{node.kind}[/] {node.ref}\n[dim]{facts}[/]")
-    console.print(tree, highlight=False)
+    # refs, paths and details come from vendors: printed as text, never read as markup
+    if console.is_terminal:
+        tree = Tree(Text(lineage.ref, style="bold"))
+        branch = tree
+        for node in lineage.chain:
+            branch = branch.add(Text.assemble((node.kind, "bold"), f" {node.ref}\n", (_facts(node), "dim")))
+        console.print(tree, highlight=False)
+    else:  # piped: one link per line pair, nothing cut at a width
+        console.print(lineage.ref, markup=False, highlight=False, soft_wrap=True)
+        for depth, node in enumerate(lineage.chain, start=1):
+            pad = "  " * depth
+            console.print(f"{pad}{node.kind} {node.ref}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"{pad}  {_facts(node)}", markup=False, highlight=False, soft_wrap=True)
     for note in lineage.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+        console.print(Text.assemble(("note: ", "yellow"), note), highlight=False)
     if lineage.inputs:
         print_table(
             f"made from ({len(lineage.inputs)} shown)",
@@ -75,8 +88,13 @@ def _print(lineage: Any) -> None:
     if lineage.raw:
         raw = lineage.raw
         console.print(
-            f"\n[bold]raw file[/] {raw['sha256']} ({raw['size_bytes']} bytes) at {raw['raw_uri']}",
+            Text.assemble(
+                "\n",
+                ("raw file", "bold"),
+                f" {raw['sha256']} ({raw['size_bytes']} bytes) at {raw['raw_uri']}",
+            ),
             highlight=False,
+            soft_wrap=True,
         )
         print_table(
             "delivered as", raw["aliases"], ["vendor", "path", "first_seen_at", "episode_id", "state"]

@@ -91,11 +91,12 @@ def _print(status: dict[str, Any]) -> None:
         )
     )
     console.print("\n[bold]needs attention[/]" + (": nothing" if nothing else ""))
+    # run ids, said as ids ("failed runs: 3" read as a count)
     if attention["failed_runs"]:
-        console.print(f"[red]failed runs:[/] {', '.join(map(str, attention['failed_runs']))}")
+        console.print(f"[red]failed runs:[/] {', '.join(f'#{r}' for r in attention['failed_runs'])}")
     if attention["runs_with_warnings"]:
         console.print(
-            f"[yellow]runs with warnings:[/] {', '.join(map(str, attention['runs_with_warnings']))}"
+            f"[yellow]runs with warnings:[/] {', '.join(f'#{r}' for r in attention['runs_with_warnings'])}"
         )
     if attention["pending_files"]:
         console.print(f"files still pending: {attention['pending_files']}")

@@ -188,7 +188,7 @@ def video(
     scene_cuts: Annotated[int, typer.Option(help="Hard scene cuts per clip.")] = 2,
     preset: Annotated[str, typer.Option(help="x264 preset.")] = "veryfast",
     crf: _Crf = 23,
-    sidecars: Annotated[bool, typer.Option(help="Write <clip>.meta.json beside each clip.")] = True,
+    sidecars: Annotated[bool, typer.Option(help="Write `<clip>.meta.json` beside each clip.")] = True,
     colour: Annotated[
         str, typer.Option(help="bt601 (untagged, as SD cameras) or bt709 (tagged, as HD cameras and phones).")
     ] = "bt601",

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clirun import Sluice
@@ -191,3 +193,34 @@ def test_the_installed_script_prints_product_errors_without_a_traceback(env: dic
         timeout=120,
     )
     _clean_error(result, "error: unknown vendor 'nosuch'; allowed: (no vendor recorded yet)")
+
+
+def _commands(command: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
+    yield path, command
+    if hasattr(command, "list_commands"):
+        ctx = type(command).context_class(command)
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            if sub is not None:
+                yield from _commands(sub, [*path, name])
+
+
+def test_every_placeholder_in_a_help_text_is_shown() -> None:
+    """The help is markdown, where a bare ``<sha256>`` is an HTML tag and vanished from ``lineage --help``
+    (``blob:, file:/, episode:``): every ``<placeholder>`` a command's or option's help names is shown."""
+    import typer
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    runner = CliRunner()
+    checked = 0
+    for path, command in _commands(typer.main.get_command(app), []):
+        texts = [getattr(p, "help", None) or "" for p in command.params] + [command.help or ""]
+        wanted = {m for text in texts for m in re.findall(r"<[a-z][\w|.-]*>", text)}
+        if not wanted:
+            continue
+        shown = runner.invoke(app, [*path, "--help"], terminal_width=250, env={"COLUMNS": "250"}).output
+        assert not [w for w in sorted(wanted) if w not in shown], (path, shown)
+        checked += 1
+    assert checked >= 2  # lineage and synth video name placeholders

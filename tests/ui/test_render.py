@@ -6,6 +6,7 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from view_fixtures import WorldDb
 from world import CRC_DETAIL, DATASET, ROBOT, VERSION, World
@@ -78,6 +79,44 @@ def test_lineage_page_and_its_errors(sources: ViewSources, world: World) -> None
     assert 'data-kind="' not in form_only and "manifest:&lt;dataset&gt;@&lt;version&gt;" in form_only
     bad = render("lineage", lineage_page(sources, "episode:abc"))
     assert 'class="error"' in bad and "numeric id" in bad
+
+
+def test_a_run_that_warned_before_any_batch_renders_with_its_note(fresh_world: WorldDb) -> None:
+    """Discover's notes (source_empty, source_missing, nothing_selected) carry no batches or item counts:
+    the overview, the run page and the report show them (they failed with HTTP 500 and a traceback)."""
+    from pipeline.catalog.runs import record_run_notes
+    from pipeline.report.html import render_report
+
+    note = {
+        "step": "discover",
+        "critical": False,
+        "code": "source_empty",
+        "detail": "source_empty: nothing in /drop",
+    }
+    engine: Engine = make_engine(fresh_world.url, pool_size=1)
+    try:
+        with repo.session_scope(repo.make_session_factory(engine)) as session:
+            run = repo.start_pipeline_run(
+                session, vendor_id=session.execute(text("SELECT id FROM vendors WHERE name = :v"), {"v": ROBOT}).scalar_one(),
+                dag_id=f"sluice_{ROBOT}", run_id="scheduled__2025-06-07T00:00:00+00:00", config_hash="cfg-acme",
+                step_toggles={},
+            )  # fmt: skip
+            record_run_notes(session, run, "discover", [note])
+            repo.finish_pipeline_run(session, run, "succeeded_with_warnings", warnings=[note])
+    finally:
+        engine.dispose()
+    reader = read_only_engine(fresh_world.roles.reader_url)
+    try:
+        sources = ViewSources(engine=reader)
+        for html in (
+            render("overview", overview(sources)),
+            render("run", run_page(sources, run)),
+            render("vendor", vendor_page(sources, ROBOT)),
+            render_report(sources, str(run)),
+        ):
+            assert "discover</b> (non-critical): source_empty: nothing in /drop" in html
+    finally:
+        reader.dispose()
 
 
 def test_values_from_vendors_are_escaped(fresh_world: WorldDb) -> None:
