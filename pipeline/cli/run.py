@@ -133,9 +133,16 @@ def _print_change(change: TaskChange) -> None:
 
 
 def _print_result(run: ScheduledRun) -> None:
-    mark = "[green]✓[/]" if run.succeeded else "[red]✖[/]"
+    from pipeline.discover import DiscoveryIssue
+    from pipeline.enums import RunOutcome
+
+    warned = run.outcome == RunOutcome.SUCCEEDED_WITH_WARNINGS.value
+    mark = "[red]✖[/]" if not run.succeeded else "[yellow]⚠[/]" if warned else "[green]✓[/]"
     outcome = f", pipeline run {run.outcome}" if run.outcome else ""
     console.print(f"{mark} run {run.state} in {run.seconds:.0f} s{outcome}")
+    idle = [e for e in run.warnings if e.get("code") in {i.value for i in DiscoveryIssue}]
+    if idle and run.succeeded:  # a run that had nothing to do is not a green run
+        console.print(f"  [yellow]nothing was processed[/]: {idle[0].get('detail')}", highlight=False)
     for task_id, states in run.task_states().items():
         console.print(
             f"    {task_id}: {', '.join(f'{n} {s}' for s, n in sorted(states.items()))}", highlight=False

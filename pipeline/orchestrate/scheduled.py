@@ -165,11 +165,14 @@ def follow_run(
 ) -> ScheduledRun:
     """Poll the run until it ends, calling ``on_change`` for every task state change; return how it ended.
 
-    ``repause`` pauses the DAG again afterwards (it was paused before :func:`trigger_run`). ``catalog``
-    (the catalog's engine) adds the pipeline run's outcome and failed items to the result.
+    ``repause`` pauses the DAG again once the run has ended (it was paused before :func:`trigger_run`); a
+    run still going when following stops (a timeout, an interrupt) leaves it unpaused, since a paused DAG's
+    scheduler starts none of the run's next tasks and the run would hang. ``catalog`` (the catalog's
+    engine) adds the pipeline run's outcome and failed items to the result.
     """
     started = time.monotonic()
     seen: dict[tuple[str, int], tuple[str, int]] = {}
+    state = ""
     try:
         while True:
             state = str(client.run(dag_id, run_id)["state"])
@@ -188,10 +191,11 @@ def follow_run(
                 raise RunTimeoutError(
                     f"run {dag_id}/{run_id} did not end within {timeout_s:g} s; unfinished: "
                     + ", ".join(f"{n} {what}" for what, n in sorted(waiting.items()))
+                    + (f"; {dag_id} stays unpaused until the run ends" if repause else "")
                 )
             time.sleep(POLL_S)
     finally:
-        if repause:
+        if repause and state in FINISHED:
             client.set_paused(dag_id, True)
     failures = tuple(
         TaskFailure(

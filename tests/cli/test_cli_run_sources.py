@@ -61,6 +61,9 @@ def test_sluice_run_fails_on_a_missing_source_and_warns_on_an_empty_one(
         assert quiet.returncode == 0, quiet.stdout + quiet.stderr
         assert "pipeline run succeeded_with_warnings" in quiet.stdout, quiet.stdout
         assert f"warning discover: source_empty: no files under {empty}" in quiet.stdout
+        # said as a run that had nothing to do, not with a green tick
+        assert "✓" not in quiet.stdout and "⚠ run success" in quiet.stdout, quiet.stdout
+        assert f"nothing was processed: source_empty: no files under {empty}" in quiet.stdout
     finally:
         _sluice(["airflow", "down"], env)
 

@@ -60,6 +60,24 @@ def test_sluice_run_follows_a_new_vendor_to_success_and_exits_0(scheduler: Sched
     assert scheduler.client.dag(vendor.name)["is_paused"] is True
 
 
+def test_a_run_followed_for_too_short_a_time_goes_on_to_its_end(scheduler: SchedulerHarness) -> None:
+    """``--timeout-s`` stops following, not the run: the DAG, paused before, stays unpaused until the run
+    ends (it was paused again at once, and the run hung with its next tasks never scheduled)."""
+    from pipeline.orchestrate.scheduled import RunTimeoutError, follow_run
+
+    vendor = scheduler.add_vendor("cli_run_short")
+    done = CliRunner().invoke(
+        app,
+        ["run", str(scheduler.vendors_dir / f"{vendor.name}.yaml"), "--steps", "ingest", "--timeout-s", "1"],
+        env=_env(scheduler),
+    )
+    assert isinstance(done.exception, RunTimeoutError), done.output
+    assert f"{vendor.name} stays unpaused until the run ends" in str(done.exception)
+    (run,) = scheduler.client.runs(vendor.name)
+    ended = follow_run(scheduler.client, vendor.name, run["dag_run_id"], timeout_s=600)
+    assert ended.state == "success", ended
+
+
 def test_sluice_run_on_a_vendor_whose_source_is_missing_fails_and_says_so(
     scheduler: SchedulerHarness,
 ) -> None:
