@@ -35,7 +35,8 @@ def require_vendor(session: Session, name: str) -> None:
 def list_files(
     session: Session, *, state: FileState | str | None = None, vendor: str | None = None
 ) -> list[dict[str, Any]]:
-    """One record per source file: path, vendor, sha256, state, reasons, duplicate_of (its path), detail.
+    """One record per source file: path, vendor, sha256, state, reasons, duplicate_of (its path),
+    duplicate_of_vendor and duplicate_of_episode (the original's), detail.
 
     An unknown ``state`` or ``vendor`` raises :class:`~pipeline.errors.UnknownChoiceError`.
     """
@@ -45,6 +46,7 @@ def list_files(
         require_vendor(session, vendor)
     original = aliased(Episode)
     original_file = aliased(SourceFile)
+    original_vendor = aliased(Vendor)
     stmt = (
         select(
             Episode.id.label("episode_id"),
@@ -57,12 +59,15 @@ def list_files(
             Episode.reasons,
             Episode.detail,
             original_file.path.label("duplicate_of"),
+            original_vendor.name.label("duplicate_of_vendor"),
+            original.id.label("duplicate_of_episode"),
         )
         .join(SourceFile, SourceFile.id == Episode.source_file_id)
         .join(Vendor, Vendor.id == Episode.vendor_id)
         .join(Blob, Blob.id == Episode.blob_id)
         .outerjoin(original, original.id == Episode.duplicate_of_id)
         .outerjoin(original_file, original_file.id == original.source_file_id)
+        .outerjoin(original_vendor, original_vendor.id == original.vendor_id)
         .order_by(Vendor.name, SourceFile.path)
     )
     if state is not None:

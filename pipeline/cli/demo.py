@@ -353,6 +353,7 @@ def _source_paths(engine: Any, episode_ids: list[int]) -> dict[int, str]:
 def _summary(settings: Any, drops: dict[str, Path]) -> None:
     from pipeline.catalog import make_session_factory, session_scope
     from pipeline.catalog.queries import list_files
+    from pipeline.cli.files import original_label
     from pipeline.cli.status import gather
     from pipeline.steps.runner import build_context
     from pipeline.ui.source import view_sources
@@ -382,5 +383,9 @@ def _summary(settings: Any, drops: dict[str, Path]) -> None:
     print_table(
         "pipeline runs (`sluice status`)", runs, ["run", "vendor", "airflow run", "outcome", "warnings"]
     )
-    print_table("held back or flagged, and why", held, ["vendor", "path", "state", "reasons", "duplicate_of"])
+    print_table(
+        "held back or flagged, and why",
+        [r | {"duplicate_of": original_label(r)} for r in held],
+        ["vendor", "path", "state", "reasons", "duplicate_of"],
+    )
     console.print(f"raw store: {ctx.store.url('raw')} — every input kept byte for byte")

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from pipeline.cli._common import context, error_console, print_json, print_table
 from pipeline.enums import FileState
 
 app = typer.Typer(no_args_is_help=True, help="Source files and the state each ended in.")
+
+
+def original_label(row: dict[str, Any]) -> str | None:
+    """A duplicate's original as a person finds it: its path, with its vendor when that is another one (the
+    same bytes delivered by two vendors, or ingested ad hoc before), and its episode id."""
+    if row.get("duplicate_of") is None:
+        return None
+    where = row["duplicate_of"]
+    if row.get("duplicate_of_vendor") not in (None, row.get("vendor")):
+        where = f"{row['duplicate_of_vendor']}/{where}"
+    return f"{where} (episode {row['duplicate_of_episode']})"
 
 
 @app.command("list")
@@ -25,7 +38,11 @@ def list_(
     if as_json:
         print_json(rows)
         return
-    print_table("source files", rows, ["vendor", "path", "state", "reasons", "duplicate_of", "sha256"])
+    print_table(
+        "source files",
+        [r | {"duplicate_of": original_label(r)} for r in rows],
+        ["vendor", "path", "state", "reasons", "duplicate_of", "sha256"],
+    )
     if not rows:  # said on stderr: piped, stdout stays the header alone
         filtered = state is not None or vendor is not None
         error_console.print("no source file matches" if filtered else "no source file recorded yet")

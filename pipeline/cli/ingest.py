@@ -85,5 +85,10 @@ def command(
         )
     for over in report.passed_over:
         console.print(f"  passed over {over['path']!r}: {over['why']} ({over['detail']})", highlight=False)
+    if report.states:  # where they ended: the step counts above say nothing of duplicates
+        console.print(
+            "  now " + ", ".join(f"{n} {state.replace('_', ' ')}" for state, n in report.states.items()),
+            highlight=False,
+        )
     if report.discovered:
         console.print("see them with `sluice files list` and `sluice quarantine list`")

@@ -35,6 +35,9 @@ def test_ingest_list_quarantine_and_scrub(tmp_path: Path, migrated_database_url:
     assert code == 0, out
     report = json.loads(out)  # stdout is the JSON and nothing else
     assert report["discovered"] == len(manifest.files)
+    code, out = _run(["ingest", str(drop), "--kind", "mcap", "--include", "*.mcap", "--settle-s", "0"], env)
+    assert code == 0, out
+    assert "now 1 accepted, 1 duplicate, 1 quarantined" in out, out  # where the files ended, duplicates too
 
     code, out = _run(["files", "list", "--json"], env)
     assert code == 0
@@ -48,6 +51,13 @@ def test_ingest_list_quarantine_and_scrub(tmp_path: Path, migrated_database_url:
             assert (record["state"], record["reasons"]) == ("quarantined", ["crc_mismatch"])
         if f.defect == "duplicate":
             assert record["state"] == "duplicate" and record["duplicate_of"] == f.duplicate_of
+            original = records[f.duplicate_of]
+            assert (record["duplicate_of_vendor"], record["duplicate_of_episode"]) == (
+                original["vendor"],
+                original["episode_id"],
+            )
+            code, table = _run(["files", "list", "--state", "duplicate"], env)
+            assert f"{f.duplicate_of} (episode {original['episode_id']})" in table, table
 
     code, out = _run(["quarantine", "list", "--json"], env)
     quarantined = json.loads(out)
