@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import BigInteger, Text, cast, func, literal, or_, select, update
+from sqlalchemy import BigInteger, Text, and_, cast, func, literal, not_, or_, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
@@ -424,17 +424,40 @@ def _refusal(exc: DBAPIError) -> str:
 
 
 def claim_original(session: Session, *, blob_id: int, episode_id: int) -> int | None:
-    """The episode this one duplicates (same content, not itself a duplicate), or None if it is the original.
+    """The episode this one duplicates, or None if it is the original.
+
+    The original is the first episode with the same content that is not itself a duplicate: of the same
+    vendor, whatever its state (a second copy of a file gets its verdict from the first); of another vendor,
+    only one already accepted (the same footage bought twice is trained on once, but bytes another vendor's
+    contract quarantined, or has not judged yet, are judged under this vendor's own). Files of an ad-hoc
+    ingest (:data:`~pipeline.config.models.AD_HOC_PREFIX`) are an exploration: they never make a configured
+    vendor's file a duplicate.
 
     Takes a transaction-scoped advisory lock on the blob so that two workers ingesting the same content
     under two names decide one after the other: call it and then :func:`set_episode_state` in the same
     transaction, after the episode row exists.
     """
+    from pipeline.config.models import AD_HOC_PREFIX
+
     session.execute(select(func.pg_advisory_xact_lock(BLOB_LOCK_NAMESPACE, blob_id % _INT4_MAX)))
-    stmt = select(func.min(Episode.id)).where(
-        Episode.blob_id == blob_id,
-        Episode.id != episode_id,
-        Episode.state != FileState.DUPLICATE.value,
+    vendor_id, vendor_name = session.execute(
+        select(Episode.vendor_id, Vendor.name)
+        .join(Vendor, Vendor.id == Episode.vendor_id)
+        .where(Episode.id == episode_id)
+    ).one()
+    judged_good = Episode.state.in_([FileState.ACCEPTED.value, FileState.ACCEPTED_WITH_FLAGS.value])
+    other_vendor = and_(Episode.vendor_id != vendor_id, judged_good)
+    if not vendor_name.startswith(AD_HOC_PREFIX):
+        other_vendor = and_(other_vendor, not_(Vendor.name.startswith(AD_HOC_PREFIX, autoescape=True)))
+    stmt = (
+        select(func.min(Episode.id))
+        .join(Vendor, Vendor.id == Episode.vendor_id)
+        .where(
+            Episode.blob_id == blob_id,
+            Episode.id != episode_id,
+            Episode.state != FileState.DUPLICATE.value,
+            or_(Episode.vendor_id == vendor_id, other_vendor),
+        )
     )
     return session.execute(stmt).scalar_one()
 

@@ -23,6 +23,8 @@ truth stamp), so that the resolved model, what ``sluice vendor show`` prints and
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 from typing import Annotated, Any, get_args
 
@@ -198,14 +200,31 @@ AD_HOC_EXCLUDE = (
 )
 
 
-def generic_vendor(kind: SourceKind | str, url: str, *, name: str = "adhoc") -> VendorConfig:
-    """A container-only vendor for ad-hoc ingest (``sluice ingest PATH --kind ...``).
+#: How the vendors of ad-hoc ingests are named: ``adhoc_<folder>_<8 hex>``.
+AD_HOC_PREFIX = "adhoc_"
+
+
+def ad_hoc_vendor_name(kind: SourceKind | str, url: str) -> str:
+    """The vendor an ad-hoc ingest of ``url`` as ``kind`` files its inputs under: one per folder and kind, so
+    that two folders' ``e000.mcap`` are two files, not two versions of one, and a folder read as video
+    does not turn another's MCAP vendor into a video one. Named after the folder (a slug), with a digest of
+    the kind and the full URL."""
+    digest = hashlib.sha256(f"{SourceKind(kind).value}\0{url}".encode()).hexdigest()[:8]
+    folder = re.sub(r"[^a-z0-9]+", "_", url.rstrip("/").rsplit("/", 1)[-1].lower()).strip("_")
+    folder = folder if folder and folder[0].isalpha() else f"d{folder}"
+    return f"{AD_HOC_PREFIX}{folder[: 63 - len(AD_HOC_PREFIX) - 9]}_{digest}"
+
+
+def generic_vendor(kind: SourceKind | str, url: str, *, name: str | None = None) -> VendorConfig:
+    """A container-only vendor for ad-hoc ingest (``sluice ingest PATH --kind ...``), named by
+    :func:`ad_hoc_vendor_name` unless ``name`` is given.
 
     Every file under ``url`` is an input except the drop's sidecars (:data:`AD_HOC_EXCLUDE`); no topic is
     required and any encoding, container or codec the readers know passes the contract, so only structural
     problems (truncation, CRCs, decode errors, blank video...) are judged.
     """
     kind = SourceKind(kind)
+    name = name or ad_hoc_vendor_name(kind, url)
     source = {"url": url, "include": ["**/*"], "exclude": list(AD_HOC_EXCLUDE)}
     data: dict[str, Any] = {"name": name, "kind": kind.value, "source": source}
     if kind is SourceKind.MCAP:
