@@ -202,9 +202,23 @@ def init(
         Path | None, typer.Option("--out", help="The vendor file to write (default: dags/vendors/NAME.yaml).")
     ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state", help="A topic to read as state, where its name and type do not say (repeatable)."
+        ),
+    ] = None,
+    actions: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--actions", help="A topic to read as actions, where its name and type do not say (repeatable)."
+        ),
+    ] = None,
 ) -> None:
     """Propose a vendor file from a sample log: cameras, state and actions from its schemas and topic names,
-    measured rates, stamp fields, encodings and compressions, a comment on each guess; it always validates."""
+    measured rates, stamp fields, encodings and compressions, a comment on each guess; it always validates.
+    A topic of a vendor's own type whose name says neither is listed as ignored, unless named with
+    `--state` or `--actions`."""
     from rich.console import Console
 
     from pipeline.config.propose import write_proposal
@@ -218,7 +232,11 @@ def init(
         raise typer.BadParameter(f"{target} exists; pass --force to overwrite it")
     if not sample.is_file():
         raise typer.BadParameter(f"sample {sample} is not a file")
-    summary = write_proposal(name, sample, source, target)
+    both = sorted(set(state or ()) & set(actions or ()))
+    if both:
+        raise typer.BadParameter(f"{', '.join(both)}: named both --state and --actions")
+    roles = dict.fromkeys(state or (), "state") | dict.fromkeys(actions or (), "actions")
+    summary = write_proposal(name, sample, source, target, roles=roles)
     console = Console(highlight=False)
     console.print(f"[green]wrote[/] {target} (validates; read its comments, then `sluice run` it)")
     for role, topics in summary.items():

@@ -117,11 +117,17 @@ def _series_role(topic: str, family_name: str | None) -> str | None:
     return None
 
 
-def propose(name: str, sample: Path, source_url: str) -> tuple[str, dict[str, Any]]:
+def propose(
+    name: str, sample: Path, source_url: str, *, roles: Mapping[str, str] | None = None
+) -> tuple[str, dict[str, Any]]:
     """``(YAML text, summary)`` of a vendor file for ``name`` proposed from ``sample``.
 
-    Raises :class:`ProposeError` when the sample does not read or holds no message.
+    ``roles`` (topic -> ``state`` or ``actions``) names what a topic is where its name and type do not say
+    (``vendor init --state TOPIC``); its numeric fields are then read by path. Raises
+    :class:`ProposeError` when the sample does not read, holds no message, a named topic is not in it or
+    has no number to read, or nothing in it is a camera, state or actions.
     """
+    roles = dict(roles or {})
     from pipeline.config.contract import QualityPre
     from pipeline.families import camera_family, series_family
     from pipeline.families.table import STAMP_FIELD_GUESSES, FrameKind
@@ -140,6 +146,11 @@ def propose(name: str, sample: Path, source_url: str) -> tuple[str, dict[str, An
     if not report.topics:
         raise ProposeError(f"{sample} holds no topic to propose a contract from")
     numeric = first_message_fields(sample)
+    unknown = sorted(set(roles) - {t.topic for t in report.topics})
+    if unknown:
+        raise ProposeError(
+            f"{sample} has no topic {', '.join(unknown)}; its topics: {', '.join(t.topic for t in report.topics)}"
+        )
     topics: list[_Topic] = []
     names: set[str] = set()
     skew_ns = 0
@@ -184,6 +195,14 @@ def propose(name: str, sample: Path, source_url: str) -> tuple[str, dict[str, An
         sfamily = series_family(t.schema_name)
         fields = numeric.get(t.topic, [])
         role = _series_role(t.topic, sfamily.name if sfamily else None) if (sfamily or fields) else None
+        named = roles.get(t.topic)
+        if named is not None:
+            if not (sfamily or fields) or t.message_encoding not in ("json", "cdr", "protobuf"):
+                raise ProposeError(
+                    f"{t.topic} cannot be {named}: its messages ({t.schema_name or 'no schema'} in "
+                    f"{t.message_encoding}) hold no number to read"
+                )
+            role = named
         if role is None or t.message_encoding not in ("json", "cdr", "protobuf"):
             if fields:
                 notes.append(
@@ -202,13 +221,28 @@ def propose(name: str, sample: Path, source_url: str) -> tuple[str, dict[str, An
         else:
             notes.append("JSON: each message's object is taken whole")
         notes.append(
-            f"{role}: from the topic's name" if _series_role(t.topic, None) else f"{role}: from its type"
+            f"{role}: named on the command line"
+            if named is not None
+            else f"{role}: from the topic's name"
+            if _series_role(t.topic, None)
+            else f"{role}: from its type"
         )
         topics.append(_Topic(t.topic, role, entry, notes))
     cameras = [t for t in topics if t.role == "camera"]
     if not cameras and not any(t.role in ("state", "actions") for t in topics):
+        fields_of = {
+            t.topic: next((n for n in t.notes if n.startswith("numeric fields: ")), "no numeric field")
+            for t in topics
+        }
+        readable = [t for t in topics if fields_of[t.topic] != "no numeric field"]
+        listed = "; ".join(f"{t.topic} ({t.notes[0]}; {fields_of[t.topic]})" for t in topics)
+        hint = (
+            f" Name what they are: --state {readable[0].topic} or --actions {readable[0].topic} (repeatable)."
+            if readable
+            else " None of them holds a number to read as state or actions."
+        )
         raise ProposeError(
-            f"{sample}: no camera, state or action topic found; topics: {[t.topic for t in topics]}"
+            f"{sample}: no camera, state or action topic found by type or name. Topics: {listed}.{hint}"
         )
     text = _render(name, sample, source_url, report, topics, skew_ns)
     summary = {
@@ -218,7 +252,9 @@ def propose(name: str, sample: Path, source_url: str) -> tuple[str, dict[str, An
     return text, summary
 
 
-def write_proposal(name: str, sample: Path, source_url: str, target: Path) -> dict[str, Any]:
+def write_proposal(
+    name: str, sample: Path, source_url: str, target: Path, *, roles: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Propose a vendor file (:func:`propose`), check that it loads, and write it to ``target`` (through
     a file of the vendor's name in a scratch folder beside it, renamed into place)."""
     import os
@@ -238,7 +274,7 @@ def write_proposal(name: str, sample: Path, source_url: str, target: Path) -> di
     if why_not is not None:
         raise ProposeError(f"cannot write the vendor file {target}: {why_not}")
     try:
-        text, summary = propose(name, sample, source_url)
+        text, summary = propose(name, sample, source_url, roles=roles)
         staged = scratch / f"{name}.yaml"
         staged.write_text(text)
         load_vendor(staged)  # raises ConfigError: a proposal that does not validate is a bug here

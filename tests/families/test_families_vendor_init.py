@@ -160,3 +160,31 @@ def test_a_real_bag_without_cameras_or_state_is_refused_with_its_topics(
     with pytest.raises(ProposeError, match=r"no camera, state or action topic found.*/rosout"):
         init(tmp_path, "talker", talker)
     assert not (tmp_path / "talker.yaml").exists()
+
+
+def test_a_real_bag_of_a_vendor_s_own_types_is_onboarded_by_naming_its_topics(
+    tmp_path: Path, corpus_dir: Path
+) -> None:
+    """rosbag2's cdr_test bag: test_msgs types on topics whose names say nothing. Refused with what each
+    topic holds and how to name it; with ``--state`` it is read by its numeric fields, and the file gates
+    the bag itself."""
+    bag = corpus_dir / "rosbag2" / "rosbag2_tests_resources_mcap_cdr_test_cdr_test_0.mcap"
+    with pytest.raises(ProposeError) as refused:
+        init(tmp_path, "cdr", bag)
+    said = str(refused.value)
+    assert "/array_topic (test_msgs/msg/Arrays in cdr" in said and "numeric fields: " in said
+    assert "--state /test_topic or --actions /test_topic" in said
+    code, output, out = init(tmp_path, "cdr", bag, "--state", "/array_topic")
+    assert code == 0, output
+    vendor = load_vendor(out)
+    assert vendor.topics is not None
+    (state,) = vendor.topics.state
+    assert state.topic == "/array_topic" and "float64_values" in (state.fields or ())
+    assert "ignored: /test_topic" in output and "named on the command line" in out.read_text()
+    # the proposed contract holds for the bag: what it is refused for is what a 0.15 s test bag without
+    # robot or session ids lacks, which the file's comments leave to the vendor (path_pattern, durations)
+    assert gate(bag, vendor)[1] == {ReasonCode.MISSING_METADATA, ReasonCode.DURATION_OUT_OF_BOUNDS}
+    with pytest.raises(ProposeError, match=r"has no topic /nope; its topics: "):
+        init(tmp_path, "cdr2", bag, "--actions", "/nope")
+    code, output, _ = init(tmp_path, "cdr3", bag, "--state", "/array_topic", "--actions", "/array_topic")
+    assert code == 2 and "named both --state and --actions" in output
