@@ -146,6 +146,8 @@ def raw_log_frame(
             kept = kept[-limit:]
     stopped = payloads.stopped
     topic, kind = payloads.topic, payloads.kind
+    if (topic is None or kind is None) and not stopped:
+        return none("no camera in this log" + (f" named {camera}" if camera else ""))
     if topic is None or kind is None or not kept:
         return none("no camera frame could be read" + (f" ({stopped})" if stopped else ""))
     last: tuple[int, av.VideoFrame] | None = None

@@ -87,3 +87,23 @@ def test_a_broken_jpeg_is_passed_over_for_the_newest_picture_that_decodes(tmp_pa
         assert shown[name].data_uri is not None and shown[name].note.startswith(topic), shown[name].note
     assert shown["clean"].at_s == pytest.approx((times[30] - START_NS) / 1e9)
     assert shown["broken"].at_s == pytest.approx((times[29] - START_NS) / 1e9)  # the one before it
+
+
+def test_a_log_without_a_camera_says_so(tmp_path: Path) -> None:
+    """Not "no frame could be read", which reads as a failure: a log of state and actions has no picture."""
+    from mcap.writer import Writer
+
+    path = tmp_path / "state.mcap"
+    with open(path, "wb") as fh:
+        writer = Writer(fh)
+        writer.start()
+        schema = writer.register_schema("state", "jsonschema", b"{}")
+        channel = writer.register_channel("/robot/joint_states", "json", schema)
+        for k in range(3):
+            writer.add_message(
+                channel, log_time=START_NS + k, data=b'{"position": [0.0]}', publish_time=START_NS + k
+            )
+        writer.finish()
+    with open(path, "rb") as handle:
+        shown = raw_log_frame(handle, None, at_ns=None, start_ns=START_NS, why=None)
+    assert (shown.data_uri, shown.note) == (None, "no camera in this log")
