@@ -133,7 +133,14 @@ def local_source_problem(vendor: VendorConfig, base_dir: Path | None) -> str | N
         return f"{root} does not exist here: a run on this machine would fail with source_missing"
     if not root.is_dir():
         return f"{root} is not a folder: a run on this machine would fail with source_missing"
-    return None
+    from pipeline.errors import SluiceError
+    from pipeline.vendor_ingest import discover_vendor
+
+    try:  # what a run would find there now (a folder of one drop is listed in moments)
+        empty = discover_vendor(vendor, base_dir or Path.cwd()).emptiness(str(root))
+    except (OSError, SluiceError) as exc:
+        return f"{root} cannot be listed: {exc}"
+    return f"{empty[1]}: a run now would have nothing to do" if empty is not None else None
 
 
 def _load_or_exit(file: Path, base_dir: Path | None) -> VendorConfig:

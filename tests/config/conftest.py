@@ -41,9 +41,10 @@ def vendors_dir() -> Path:
 
 @pytest.fixture
 def drop(tmp_path: Path) -> Path:
-    """The vendor root of the test vendor (an existing, empty folder)."""
+    """The vendor root of the test vendor (an existing folder holding one log: validate lists it)."""
     root = tmp_path / "drop"
     root.mkdir()
+    (root / "e000.mcap").write_bytes(b"")
     return root
 
 

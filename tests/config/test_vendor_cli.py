@@ -65,6 +65,22 @@ def test_validate_warns_about_a_local_source_folder_that_is_not_there(
     assert "1 vendor file(s) valid but with warnings" in result.output
 
 
+def test_validate_warns_about_a_source_that_gives_a_run_nothing_to_do(
+    write_vendor, tiny: str, drop: Path
+) -> None:
+    """An empty folder, or globs that select none of its files: valid, but a run would warn that it had
+    nothing to do (it printed "ok" alone)."""
+    (drop / "e000.mcap").unlink()
+    (drop / "notes.bag").write_bytes(b"")
+    result = runner.invoke(app, ["validate", str(write_vendor(tiny))])
+    assert result.exit_code == 0, result.output
+    (warning,) = [line for line in result.output.splitlines() if line.startswith("  warning ")]
+    assert f"nothing_selected: 1 file(s) under {drop}, but the source's include/exclude globs" in warning
+    (drop / "notes.bag").unlink()
+    result = runner.invoke(app, ["validate", str(write_vendor(tiny))])
+    assert f"source_empty: no files under {drop}: a run now would have nothing to do" in result.output
+
+
 def test_validate_warns_about_an_annotator_nobody_registered(write_vendor, tiny: str) -> None:
     typo = write_vendor(
         tiny
