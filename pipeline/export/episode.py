@@ -222,8 +222,14 @@ def _cameras(
     }
     found = {c.name: c.topic for c in contract.cameras if c.topic in videos}
     missing = [c.topic for c in contract.cameras if c.required and c.topic not in videos]
+    if not contract.cameras:
+        raise StreamLayoutError(
+            ReasonCode.MISSING_REQUIRED_TOPIC.value,
+            f"{name}: the vendor's contract names no camera, and a LeRobot dataset's frames are a camera's: "
+            "export a dataset of a vendor with cameras",
+        )
     if missing or not found:
-        topic = (missing or [c.topic for c in contract.cameras] or ["(none in the contract)"])[0]
+        topic = (missing or [c.topic for c in contract.cameras])[0]
         schema = next(
             (schemas[c.schema_id].name for t, c in channels.items() if t == topic and c.schema_id in schemas),
             None,

@@ -157,6 +157,14 @@ def test_damaged_files_are_input_errors_naming_them(source: Path, tmp_path: Path
         read_episode(bare, vendor)
 
 
+def test_a_vendor_without_cameras_is_refused_saying_so(source: Path) -> None:
+    """Not "camera (none in the contract) is absent": the contract names no camera at all."""
+    data = _vendor().model_dump(mode="json")
+    data["topics"]["cameras"] = []
+    with pytest.raises(InputError, match=r"the vendor's contract names no camera"):
+        read_episode(source, VendorConfig.model_validate(data))
+
+
 def test_the_same_episodes_export_to_the_same_bytes(source: Path, tmp_path: Path) -> None:
     """Re-running gives the same result: the videos too (x264 with one thread and no macroblock tree; see
     pipeline.media.x264), with other allocations between the two exports as in any real process."""
