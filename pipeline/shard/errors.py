@@ -32,3 +32,16 @@ class NoShardsError(SluiceError, LookupError):
         super().__init__(
             f"no shards are recorded for {dataset_version}: `sluice shard {dataset_version}` writes them"
         )
+
+
+class ShardPlanConflictError(SluiceError, ValueError):
+    """A version's shards are recorded already, cut otherwise than this request would cut them (another
+    target size): writing would leave the old shards beside the new ones, their samples twice."""
+
+    def __init__(self, dataset_version: str, detail: str) -> None:
+        self.dataset_version = dataset_version
+        super().__init__(
+            f"{dataset_version} is sharded already, otherwise: {detail}. A version's shards stay as recorded "
+            "(runs and lineage name them): shard it with the target size it was sharded with (the default "
+            "unless one was given), or build a new version to cut differently"
+        )

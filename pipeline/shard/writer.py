@@ -193,33 +193,79 @@ def write_shards(
     plan = pack(plan_samples(rows), target_shard_bytes)
     base = shard_dir(dataset, version)
     recorded = _recorded_artifacts(engine, store, base)
+    keyed = [
+        (split, index, _shard_key(base, split, index), samples)
+        for split, shards in sorted(plan.shards.items())
+        for index, samples in enumerate(shards)
+    ]
+    _refuse_another_cut(
+        store, f"{dataset}@{version}", recorded, [(key, samples) for _, _, key, samples in keyed]
+    )
     lineage = _lineage(engine, plan)
-    out = []
-    for split, shards in sorted(plan.shards.items()):
-        for index, samples in enumerate(shards):
-            key = (
-                f"{base}/{split}/{SHARD_PATTERN.format(index=index)}"
-                if split
-                else f"{base}/{SHARD_PATTERN.format(index=index)}"
-            )
-            out.append(
-                _write_one(
-                    store,
-                    key,
-                    split,
-                    index,
-                    samples,
-                    recorded.get(store.url(key)),
-                    lineage,
-                    engine=engine,
-                    config_hash=config_hash,
-                    code_version=code_version,
-                    dataset_version_id=dataset_version_id,
-                    step=step,
-                )
-            )
+    out = [
+        _write_one(
+            store,
+            key,
+            split,
+            index,
+            samples,
+            recorded.get(store.url(key)),
+            lineage,
+            engine=engine,
+            config_hash=config_hash,
+            code_version=code_version,
+            dataset_version_id=dataset_version_id,
+            step=step,
+        )
+        for split, index, key, samples in keyed
+    ]
     log.info("%s/%s: %d shard(s), %d written", dataset, version, len(out), sum(s.written for s in out))
     return out
+
+
+def _shard_key(base: str, split: str, index: int) -> str:
+    """Where shard ``index`` of ``split`` goes (rows without a split: the version's folder itself)."""
+    return (
+        f"{base}/{split}/{SHARD_PATTERN.format(index=index)}"
+        if split
+        else f"{base}/{SHARD_PATTERN.format(index=index)}"
+    )
+
+
+def _refuse_another_cut(
+    store: Store,
+    dataset_version: str,
+    recorded: Mapping[str, tuple[str, int]],
+    planned: Sequence[tuple[str, list[SampleSpec]]],
+) -> None:
+    """Raise :class:`ShardPlanConflictError` when shards are recorded for the version that this plan would
+    not write as they are: one the plan has no place for, or one whose samples differ (read from its index;
+    a missing or damaged one is written again by the plan, as before)."""
+    from pipeline.shard.errors import ShardPlanConflictError
+
+    if not recorded:
+        return
+    urls = {store.url(key): (key, samples) for key, samples in planned}
+    beyond = sorted(set(recorded) - set(urls))
+    if beyond:
+        raise ShardPlanConflictError(
+            dataset_version,
+            f"{len(recorded)} shard(s) are recorded and this plan cuts {len(planned)}; "
+            f"{beyond[0]} has no place in it",
+        )
+    for url, (key, samples) in urls.items():
+        if url not in recorded:
+            continue
+        existing = _read_index(store, store.path(key))
+        if existing is None:
+            continue
+        held = sorted({m.name.split(".", 1)[0] for m in existing.members})
+        if held != sorted({s.key for s in samples}):
+            raise ShardPlanConflictError(
+                dataset_version,
+                f"{url} holds {len(held)} sample(s) ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}) "
+                f"where this plan puts {len(samples)}",
+            )
 
 
 def _write_one(

@@ -27,6 +27,7 @@ from pipeline.shard import (
     verify_shards,
     write_shards,
 )
+from pipeline.shard.errors import ShardPlanConflictError
 from pipeline.shard.verify import ShardIndex, index_path
 from pipeline.synth import RobotDropConfig, make_robot_drop
 
@@ -126,6 +127,17 @@ def test_shards_are_verified_recorded_and_balanced(world: World, tmp_path: Path)
     # a re-run keeps the intact, recorded shards
     again = _write(world, rows, 1, "pick", version_id)
     assert [s.sha256 for s in again] == [s.sha256 for s in shards] and not any(s.written for s in again)
+    # cut otherwise (another target), the version would hold the old shards beside the new ones, each
+    # sample twice for a training run that reads them all: refused, and nothing is written or recorded
+    with pytest.raises(
+        ShardPlanConflictError, match=r"pick@v1 is sharded already, otherwise: 3 shard\(s\) are recorded and this plan cuts 2"
+    ):
+        _write(world, rows, 10**9, "pick", version_id)
+    assert [r.uri for r in list_shards(world.ctx.engine, version_id)] == [s.uri for s in shards]
+    assert sorted(p.name for p in Path(shards[0].uri.removeprefix("file://")).parent.glob("*.tar")) == [
+        "shard-000000.tar",
+        "shard-000001.tar",
+    ]
 
     # ranks: near-equal bytes with the planner
     sizes = [(f"s{i}", size) for i, size in enumerate([100, 90, 80, 70, 60, 50, 40, 30, 20, 10])]
