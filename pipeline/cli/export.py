@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from pipeline.cli._common import console, context, error_console, print_json
+from pipeline.cli._common import console, context, error_console, print_json, warn
 
 app = typer.Typer(no_args_is_help=True, help="Export dataset versions (LeRobot v3).")
 
@@ -49,3 +49,5 @@ def lerobot(
             console.print(f"  {'[green]ok[/]' if ok else '[red]FAILED[/]'} {check}")
         for skip in report.skipped:
             console.print(f"  skipped episode {skip['episode_id']}: {skip['why']}")
+        for warning in report.warnings:
+            warn(warning)

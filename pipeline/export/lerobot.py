@@ -77,6 +77,8 @@ class ExportReport:
     skipped: list[dict[str, Any]] = field(default_factory=list)
     checks: dict[str, bool] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    #: What makes the export less than the version: episodes left out, splits left with none.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -90,6 +92,7 @@ class ExportReport:
             "ok": self.ok,
             "checks": self.checks,
             "skipped": self.skipped,
+            "warnings": self.warnings,
             "details": self.details,
         }
 
@@ -193,6 +196,19 @@ def export_dataset_version(
     if progress is not None:
         progress(len(robot), len(robot))
     report.skipped = skipped
+    if skipped:
+        report.warnings.append(
+            f"{len(skipped)} of {len(episode_ids)} episodes of {name}@{version} are video clips, left out: "
+            "the export is not the whole version"
+        )
+        emptied = sorted(
+            {split_of_episode[e] or "train" for e in episode_ids}
+            - {split_of_episode[e] or "train" for e in robot}
+        )
+        if emptied:
+            report.warnings.append(
+                f"split(s) {', '.join(emptied)} of the version have no episode in the export"
+            )
     _write_report(out, report)
     return report
 

@@ -21,7 +21,7 @@ from pipeline.catalog.outputs import add_dataset_episodes, create_dataset_versio
 from pipeline.cli import app as sluice_app
 from pipeline.export import ExportError, export_dataset_version
 from pipeline.export.stats import value_quantiles
-from pipeline.synth import RobotDropConfig, make_robot_drop
+from pipeline.synth import RobotDropConfig, VideoDropConfig, make_robot_drop, make_video_drop
 
 pytestmark = pytest.mark.integration
 
@@ -339,12 +339,16 @@ def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str
         episodes = land(world, vendor, drop, "*.mcap")
         if transcoded:
             _transcode(world, vendor, episodes)
+        # a video clip in the version too: left out (one feature set per dataset), and said
+        clips = tmp_path / "clips"
+        make_video_drop(clips, VideoDropConfig(clips=1, seconds=2, width=320, height=240, sidecars=False))
+        (clip,) = land(world, vendor_from_example("northwind_video", clips), clips, "*.mp4").values()
         with session_scope(make_session_factory(world.ctx.engine)) as session:
             version_id = create_dataset_version(
                 session, name="pick", version="v1", spec_hash="s" * 64, spec={}
             )
             first, second = sorted(episodes.values())
-            add_dataset_episodes(session, version_id, [(second, "val"), (first, "train")])
+            add_dataset_episodes(session, version_id, [(second, "val"), (first, "train"), (clip, "eval")])
         out = tmp_path / "export"
         told: list[tuple[int, int]] = []
         report = export_dataset_version(
@@ -361,6 +365,11 @@ def test_export_matches_v3_and_counts(tmp_path: Path, migrated_database_url: str
         world.close()
 
     assert report.ok, report.checks
+    assert [s["episode_id"] for s in report.skipped] == [clip]
+    assert report.warnings == [
+        "1 of 3 episodes of pick@v1 are video clips, left out: the export is not the whole version",
+        "split(s) eval of the version have no episode in the export",
+    ]
     assert told == [(0, 2), (1, 2), (2, 2)]  # before each episode is read, and when both are written
     assert [
         e["sluice/source_episode_id"]
