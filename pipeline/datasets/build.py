@@ -117,8 +117,16 @@ def build(
             con.close()
         selection, excluded = _without(selection, exclude or {})
         if selection.table.num_rows == 0:
+            counts = selection.counts
+            hint = (
+                ": none of the episodes it matched can be trained on yet (a robot log needs its transcode, a "
+                "video its clips, both a recorded start and end): run the vendor's transcode step "
+                "(`sluice run`) first"
+                if counts.get("matched") and counts.get("unusable") == counts.get("matched")
+                else ""
+            )
             raise DatasetBuildError(
-                spec.name, f"no episode left to put in a version (counts: {selection.counts})"
+                spec.name, f"no episode left to put in a version (counts: {counts}){hint}"
             )
         staging = _staging_dir(store)
         try:

@@ -129,6 +129,12 @@ def recorded_sha256(uri: str, storage_options: dict[str, Any] | None = None) -> 
     try:
         text = fs.cat_file(sums_path).decode("utf-8", "replace")
     except FileNotFoundError:
+        try:
+            manifest_there = fs.exists(path)
+        except Exception:  # fsspec backends raise their own types: the sums error stands
+            manifest_there = True
+        if not manifest_there:  # a wrong path: say that, not that it cannot be verified
+            raise ManifestFetchError(f"manifest {uri!r} does not exist") from None
         raise ManifestUnverifiableError(uri, sums_uri, "does not exist") from None
     except Exception as exc:  # fsspec backends raise their own types
         raise ManifestFetchError(f"cannot read {sums_uri!r}: {exc!r}") from exc

@@ -301,8 +301,13 @@ def test_groups_stay_in_one_split_and_unusable_episodes_are_counted(
 
 def test_an_empty_selection_is_an_error_not_a_version(catalog: SyntheticCatalog, build_now: Build) -> None:
     _fill(catalog, range(2))
-    with pytest.raises(DatasetBuildError, match="no episode left"):
+    with pytest.raises(DatasetBuildError, match="no episode left") as nothing:
         build_now(_spec(filter={"where": "vendor = $v", "params": {"v": "nobody"}}))
+    assert "transcode" not in str(nothing.value)  # nothing matched: no step to point at
+    with catalog.session() as s:
+        untranscoded = catalog.episode(s, session_id="s9", transcoded=False)
+    with pytest.raises(DatasetBuildError, match=r"can be trained on yet .* run the vendor's transcode step"):
+        build_now(_spec(filter={"where": "episode_id = $e", "params": {"e": untranscoded}}))
 
 
 def _session_of(catalog: SyntheticCatalog, episode_id: int) -> str:

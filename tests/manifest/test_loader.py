@@ -310,8 +310,13 @@ def test_a_file_that_is_not_a_manifest_is_refused(
 def test_a_missing_manifest_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(ManifestFetchError, match="cannot read manifest"):
         _open_whole(tmp_path / "nope.arrow", tmp_path / "c", verify=False)
-    with pytest.raises(ManifestUnverifiableError, match=r"nope\.arrow.*manifest\.sha256' does not exist"):
+    # verified against its sums file (the default): a wrong path is said as one, not as unverifiable
+    with pytest.raises(ManifestFetchError, match=r"manifest '.*nope\.arrow' does not exist"):
         _open_whole(tmp_path / "nope.arrow", tmp_path / "c")
+    there = tmp_path / "unsummed.arrow"
+    there.write_bytes(b"x")
+    with pytest.raises(ManifestUnverifiableError, match=r"unsummed\.arrow.*manifest\.sha256' does not exist"):
+        _open_whole(there, tmp_path / "c")
 
 
 def test_a_changed_manifest_is_refused_by_default_with_its_name(
