@@ -25,7 +25,7 @@ import fsspec
 from pydantic import ValidationError
 
 from pipeline.config.messages import validation_problems
-from pipeline.config.models import VendorConfig, local_source_path
+from pipeline.config.models import AD_HOC_PREFIX, VendorConfig, local_source_path
 from pipeline.config.types import Loc, format_loc
 from pipeline.config.yamlsafe import YamlRefused, YamlTree, parse_strict_yaml
 from pipeline.errors import ConfigError
@@ -92,6 +92,10 @@ def load_vendor(
     name = tree.data.get("name")
     if isinstance(name, str) and name != path.stem:
         problems.append((("name",), f"name {name!r} must equal the file name's stem {path.stem!r}"))
+    if isinstance(name, str) and name.startswith(AD_HOC_PREFIX):
+        # the catalog tells ad-hoc ingests' vendors by this prefix (their files claim no configured
+        # vendor's as duplicates: pipeline.catalog.sources.claim_original)
+        problems.append((("name",), f"name {name!r}: {AD_HOC_PREFIX!r} names the vendors of ad-hoc ingests"))
     config: VendorConfig | None = None
     try:
         config = VendorConfig.model_validate(tree.data)

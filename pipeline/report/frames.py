@@ -204,13 +204,12 @@ class _CameraPayloads:
         from mcap.records import Channel, Message, Schema
         from mcap.stream_reader import StreamReader
 
-        from pipeline.families import MessageFamilyError, camera_family, read_payload
-        from pipeline.mcaplog.decode import decode_message
+        from pipeline.families import camera_family, read_payload
 
         schemas: dict[int, Schema] = {}
         channels: dict[int, Channel] = {}
         chosen: int | None = None
-        family = None
+        family = decode = None
         count = 0
         try:
             for record in StreamReader(self.handle, validate_crcs=True).records:
@@ -220,24 +219,35 @@ class _CameraPayloads:
                     channels[record.id] = record
                 elif isinstance(record, Message) and record.channel_id in channels:
                     channel = channels[record.channel_id]
-                    schema = schemas.get(channel.schema_id)
                     if chosen is None and (self.camera is None or channel.topic == self.camera):
+                        schema = schemas.get(channel.schema_id)
                         family = camera_family(schema.name if schema is not None else None)
-                        if family is not None:
+                        decode = _decoder(schema, channel) if family is not None else None
+                        if family is not None and decode is not None:
                             chosen, self.topic, self.kind = channel.id, channel.topic, family.kind
-                    if record.channel_id != chosen or family is None:
+                    if record.channel_id != chosen or family is None or decode is None:
                         continue
                     count += 1
                     try:
-                        decoded = decode_message(schema, channel, record.data)
-                        payload = read_payload(family, decoded, frame=count - 1, what=channel.topic)
-                    except MessageFamilyError:
-                        continue
-                    except Exception:  # a message its schema does not decode: passed over, as a bad picture
+                        payload = read_payload(
+                            family, decode(record.data), frame=count - 1, what=channel.topic
+                        )
+                    except Exception:  # a message that does not decode, or holds no picture: passed over
                         continue
                     yield record.log_time, payload
         except Exception as exc:  # the stock reader's errors share no base class: any of them ends the read
             self.stopped = f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _decoder(schema: Any, channel: Any) -> Any:
+    """The channel's payload decoder, or None (an encoding we have none for, a schema that does not load:
+    the channel is not a camera this sheet can show, not damage that ends the read)."""
+    from pipeline.mcaplog.decode import decoder_for
+
+    try:
+        return decoder_for(schema, channel.message_encoding)
+    except Exception:  # protobuf and ROS 2 schema parsers raise their own types
+        return None
 
 
 # -- clips ---------------------------------------------------------------------------------------------------

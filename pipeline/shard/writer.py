@@ -198,7 +198,7 @@ def write_shards(
         for split, shards in sorted(plan.shards.items())
         for index, samples in enumerate(shards)
     ]
-    _refuse_another_cut(
+    indexes = _recorded_indexes(
         store, f"{dataset}@{version}", recorded, [(key, samples) for _, _, key, samples in keyed]
     )
     lineage = _lineage(engine, plan)
@@ -210,6 +210,7 @@ def write_shards(
             index,
             samples,
             recorded.get(store.url(key)),
+            indexes.get(key),
             lineage,
             engine=engine,
             config_hash=config_hash,
@@ -225,26 +226,24 @@ def write_shards(
 
 def _shard_key(base: str, split: str, index: int) -> str:
     """Where shard ``index`` of ``split`` goes (rows without a split: the version's folder itself)."""
-    return (
-        f"{base}/{split}/{SHARD_PATTERN.format(index=index)}"
-        if split
-        else f"{base}/{SHARD_PATTERN.format(index=index)}"
-    )
+    return "/".join(part for part in (base, split, SHARD_PATTERN.format(index=index)) if part)
 
 
-def _refuse_another_cut(
+def _recorded_indexes(
     store: Store,
     dataset_version: str,
     recorded: Mapping[str, tuple[str, int]],
     planned: Sequence[tuple[str, list[SampleSpec]]],
-) -> None:
-    """Raise :class:`ShardPlanConflictError` when shards are recorded for the version that this plan would
-    not write as they are: one the plan has no place for, or one whose samples differ (read from its index;
-    a missing or damaged one is written again by the plan, as before)."""
+) -> dict[str, ShardIndex | None]:
+    """The member index of every recorded shard of the plan, by key (None: missing or unreadable, so the
+    plan writes it again), read once here for :func:`_write_one`.
+
+    Raises :class:`ShardPlanConflictError` when shards are recorded for the version that this plan would
+    not write as they are: one the plan has no place for, or one whose samples differ."""
     from pipeline.shard.errors import ShardPlanConflictError
 
     if not recorded:
-        return
+        return {}
     urls = {store.url(key): (key, samples) for key, samples in planned}
     beyond = sorted(set(recorded) - set(urls))
     if beyond:
@@ -253,10 +252,11 @@ def _refuse_another_cut(
             f"{len(recorded)} shard(s) are recorded and this plan cuts {len(planned)}; "
             f"{beyond[0]} has no place in it",
         )
+    indexes: dict[str, ShardIndex | None] = {}
     for url, (key, samples) in urls.items():
         if url not in recorded:
             continue
-        existing = _read_index(store, store.path(key))
+        existing = indexes[key] = _read_index(store, store.path(key))
         if existing is None:
             continue
         held = sorted({m.name.split(".", 1)[0] for m in existing.members})
@@ -266,6 +266,7 @@ def _refuse_another_cut(
                 f"{url} holds {len(held)} sample(s) ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}) "
                 f"where this plan puts {len(samples)}",
             )
+    return indexes
 
 
 def _write_one(
@@ -275,6 +276,7 @@ def _write_one(
     index: int,
     samples: list[SampleSpec],
     recorded: tuple[str, int] | None,
+    existing: ShardIndex | None,
     lineage: tuple[dict[str, int], dict[str, int]],
     *,
     engine: Engine,
@@ -305,7 +307,6 @@ def _write_one(
         )
 
     if recorded is not None:
-        existing = _read_index(store, final)
         if existing is not None:
             check = verify_file(
                 store.fs, final, existing, expected_sha256=recorded[0], expected_size_bytes=recorded[1]

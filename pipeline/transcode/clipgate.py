@@ -50,7 +50,7 @@ class _ClipScan:
     letters: list[str] = field(default_factory=list)  # picture type per frame, "I" for keyframes
     times_s: list[float] = field(default_factory=list)
     extradata: bytes = b""
-    error: str | None = None  # why the decode stopped before the clip's end
+    error: str | None = None  # why the clip did not open, or its decode stopped before the end
 
 
 class _ClipDecode:
@@ -122,8 +122,7 @@ class _Clips:
         self._entries = {int(e["index"]): e for e in entries}
         self._samples = samples
         self._open: dict[int, _ClipDecode] = {}
-        self.scans: dict[int, _ClipScan] = {}  # clips decoded to their end (or broken off)
-        self.unreadable: dict[int, str] = {}  # clips that do not open: why
+        self.scans: dict[int, _ClipScan] = {}  # clips decoded to their end, broken off or not opened
 
     def decode(self, index: int) -> _ClipDecode | None:
         """The open decode of clip ``index``, opened on first use; None for an unknown, unreadable or
@@ -133,12 +132,12 @@ class _Clips:
         if index in self._open:
             return self._open[index]
         entry = self._entries.get(index)
-        if entry is None or index in self.scans or index in self.unreadable:
+        if entry is None or index in self.scans:
             return None
         try:
             opened = _ClipDecode(self._out_dir / entry["file"], self._samples, int(entry["frames"]))
         except (av.FFmpegError, IndexError, OSError) as exc:
-            self.unreadable[index] = str(exc)
+            self.scans[index] = _ClipScan(error=str(exc))
             return None
         self._open[index] = opened
         return opened
@@ -182,13 +181,10 @@ def check_clips(
     for entry in manifest["clips"]:
         path = out_dir / entry["file"]
         name = entry["file"]
-        index = int(entry["index"])
-        broken = decoded.unreadable.get(index)
-        scan = decoded.scans.get(index)
-        if broken is None and scan is not None and scan.error is not None:
-            broken = scan.error
-        if broken is not None or scan is None:
-            problems.setdefault("decode", (ReasonCode.DECODE_ERROR, f"{name}: {broken or 'not decoded'}"))
+        scan = decoded.scans.get(int(entry["index"]))
+        if scan is None or scan.error is not None:
+            why = scan.error if scan is not None else "not decoded"
+            problems.setdefault("decode", (ReasonCode.DECODE_ERROR, f"{name}: {why}"))
             continue
         n = len(scan.letters)
         observed["decode"][name] = {"frames": n, "expected": entry["frames"]}

@@ -304,6 +304,13 @@ def test_name_must_match_the_file(write_vendor, tiny: str) -> None:
     assert "must equal the file name's stem 'acme'" in problems["name"]
 
 
+def test_a_vendor_file_may_not_take_the_ad_hoc_vendors_prefix(write_vendor, tiny: str) -> None:
+    """The catalog tells ad-hoc ingests' vendors by their prefix: a configured vendor named so would be
+    treated as one (its accepted files would make no other vendor's a duplicate)."""
+    path = write_vendor(tiny.replace("name: tiny", "name: adhoc_tiny"), name="adhoc_tiny")
+    assert "names the vendors of ad-hoc ingests" in problems_of(path)["name"]
+
+
 def test_name_must_be_a_slug(write_vendor, tiny: str) -> None:
     problems = problems_of(write_vendor(tiny.replace("name: tiny", "name: Tiny-Vendor"), name="Tiny-Vendor"))
     assert "is not a slug" in problems["name"]

@@ -94,6 +94,12 @@ def test_shard_cli_writes_one_sample_per_manifest_row(training: TrainingWorld) -
     again = _shard(training, version.ref, "--target-shard-bytes", "200 KiB")
     assert [s["uri"] for s in again["shards"]] == [s["uri"] for s in shards]  # type: ignore[index]
     assert all(s["ok"] for s in _shard(training, version.ref, "--verify-only")["shards"])  # type: ignore[index]
+    # cut otherwise (the default target): refused as the user runs it, the recorded shards kept
+    other = CliRunner().invoke(app, ["shard", version.ref], env=_env(training))
+    assert other.exit_code != 0 and "is sharded already, otherwise" in str(other.exception), other.output
+    assert [s["uri"] for s in _shard(training, version.ref, "--verify-only")["shards"]] == [  # type: ignore[index]
+        s["uri"] for s in shards
+    ]
 
     # more ranks than a split has shards: the ranks left without one are named, and the user warned
     world = max(sum(1 for s in shards if s["split"] == split) for split in ranks) + 1

@@ -15,6 +15,7 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from sqlalchemy.engine import Engine
@@ -195,37 +196,32 @@ def _streams_and_checks(session: Session, world: World) -> None:
             episode_id=world.episodes[name], gate="quality_pre", check_name=check, config_hash="q-pre-1",
             status=status, reason=reason, severity=severity, detail=detail, observed={"check": check},
         )  # fmt: skip
-    for name, cameras in PSNR_CAMERAS.items():
-        observed = {"cameras": {c: {"min_db": v, "mean_db": v + 2, "frames": 8} for c, v in cameras.items()}}
-        repo.record_check(
-            session,
-            episode_id=world.episodes[name], gate="quality_post", check_name="psnr",
-            config_hash=TRANSCODE_CONFIG, status="passed", observed=observed,
-        )  # fmt: skip
-        world.psnr[name] = min(cameras.values())
-    for name, value in PSNR_CLIPS.items():
-        repo.record_check(
-            session,
-            episode_id=world.episodes[name], gate="quality_post", check_name="psnr",
-            config_hash=TRANSCODE_CONFIG, status="passed", observed={"frames": 8, "min_db": value},
-        )  # fmt: skip
-        world.psnr[name] = value
-    for name, shifts in CHROMA_CAMERAS.items():
-        observed = {"cameras": {c: {"source": ["bt601"], "chroma_shift_max": v} for c, v in shifts.items()}}
-        repo.record_check(
-            session,
-            episode_id=world.episodes[name], gate="quality_post", check_name="colour",
-            config_hash=TRANSCODE_CONFIG, status="passed", observed=observed,
-        )  # fmt: skip
-        world.chroma_shift[name] = max(shifts.values())
-    for name, value in CHROMA_CLIPS.items():
-        repo.record_check(
-            session,
-            episode_id=world.episodes[name], gate="quality_post", check_name="colour",
-            config_hash=TRANSCODE_CONFIG, status="passed", observed={"output": ["bt601"], "chroma_shift_max": value},
-        )  # fmt: skip
-        if value is not None:  # nothing compared is no point, not a perfect 0
-            world.chroma_shift[name] = value
+    # the post-gate's figures: a robot log records them per camera, a video's clips once
+    post = {
+        "psnr": ({"frames": 8}, "min_db", PSNR_CAMERAS, PSNR_CLIPS, min, world.psnr),
+        "colour": (
+            {"source": ["bt601"]},
+            "chroma_shift_max",
+            CHROMA_CAMERAS,
+            CHROMA_CLIPS,
+            max,
+            world.chroma_shift,
+        ),
+    }
+    for check, (extra, key, per_camera, per_clip, worst, figure) in post.items():
+        observed_of: dict[str, dict[str, Any]] = {
+            name: {"cameras": {c: {**extra, key: v} for c, v in cameras.items()}}
+            for name, cameras in per_camera.items()
+        } | {name: {**extra, key: value} for name, value in per_clip.items()}
+        for name, observed in observed_of.items():
+            repo.record_check(
+                session,
+                episode_id=world.episodes[name], gate="quality_post", check_name=check,
+                config_hash=TRANSCODE_CONFIG, status="passed", observed=observed,
+            )  # fmt: skip
+        figure |= {name: worst(cameras.values()) for name, cameras in per_camera.items()}
+        # a clip with nothing compared (None) gives no point, not a perfect value
+        figure |= {name: v for name, v in per_clip.items() if v is not None}
 
 
 def _annotations(session: Session, world: World) -> None:
