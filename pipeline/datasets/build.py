@@ -62,7 +62,7 @@ from pipeline.datasets.versions import (
     spec_record,
     split_warnings,
 )
-from pipeline.enums import ArtifactKind
+from pipeline.enums import ArtifactKind, Split
 from pipeline.errors import StoreError
 from pipeline.manifest.format import (
     IPC_FILE_NAME,
@@ -127,6 +127,17 @@ def build(
             )
             raise DatasetBuildError(
                 spec.name, f"no episode left to put in a version (counts: {counts}){hint}"
+            )
+        empty_train = [
+            w
+            for w in split_warnings(spec.model_dump(mode="json"), selection.split_episodes())
+            if w.startswith(f"split {Split.TRAIN.value} ")
+        ]
+        if empty_train:  # a version to train on with nothing to train on: every rank would get no batch
+            raise DatasetBuildError(
+                spec.name,
+                f"{empty_train[0]}; lower splits.val_fraction and eval_fraction (both 0: every episode in train), "
+                "group by something finer, or select more episodes",
             )
         staging = _staging_dir(store)
         try:

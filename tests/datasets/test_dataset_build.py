@@ -342,6 +342,22 @@ def test_a_split_left_empty_by_too_few_groups_is_a_warning(
         assert get_version(s, version.name, version.version).warnings == version.warnings
 
 
+def test_a_train_split_left_empty_is_an_error_not_a_version(
+    catalog: SyntheticCatalog, catalog_engine: Engine, build_now: Build
+) -> None:
+    """Every group hashed into val or eval: a version whose train split is empty would give every rank no
+    batch, and a training loop would end at once without an error."""
+    from pipeline.datasets.select import unit_hash as u
+
+    _fill(catalog, range(2))
+    fractions = {"val_fraction": 0.2, "eval_fraction": 0.25}
+    seed = next(s for s in range(1000) if all(u(s, f"session_id=s{k:03d}") < 0.45 for k in range(2)))
+    with pytest.raises(
+        DatasetBuildError, match=r"split train is empty although the spec gives it 55%.*lower"
+    ):
+        build_now(_spec(splits={"group_by": ["session_id"], "seed": seed, **fractions}))
+
+
 def test_a_filter_that_never_ends_is_stopped_and_no_version_is_made(
     catalog: SyntheticCatalog, catalog_engine: Engine, warehouse_path: Path, store
 ) -> None:
