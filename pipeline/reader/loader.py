@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import SluiceError
+from pipeline.manifest import Manifest
 from pipeline.manifest import format as mf
 from pipeline.reader.counters import ReadCounters
 from pipeline.reader.sample import NS_PER_S, SECONDS, EpisodeReader, Sample, is_seconds
@@ -80,12 +81,15 @@ class LoaderArgumentError(SampleLoaderError, ValueError):
 
 
 class UnsupportedRowsError(SampleLoaderError, ValueError):
-    """Rows whose ``uri`` is not a transcoded robot episode (an MCAP file), e.g. a video's MP4 clips."""
+    """Rows whose ``uri`` is not a transcoded robot episode (an MCAP file), e.g. a video's MP4 clips.
+    ``positions`` number them as the source does (see :class:`SampleReadError`)."""
 
-    def __init__(self, positions: Sequence[int], first: Sequence[tuple[str, str]], total: int) -> None:
+    def __init__(
+        self, positions: Sequence[int], first: Sequence[tuple[str, str]], total: int, rows: str = "row"
+    ) -> None:
         self.positions = list(positions)  # of the unsupported rows in the source
         shown = [
-            f"row {i} ({episode_id}): {uri}"
+            f"{rows} {i} ({episode_id}): {uri}"
             for i, (episode_id, uri) in zip(self.positions, first, strict=False)
         ]
         more = len(self.positions) - len(shown)
@@ -99,12 +103,16 @@ class UnsupportedRowsError(SampleLoaderError, ValueError):
 
 
 class SampleReadError(SampleLoaderError):
-    """A sample could not be read from its row's file (missing, unreadable, or outside the row's window)."""
+    """A sample could not be read from its row's file (missing, unreadable, or outside the row's window).
 
-    def __init__(self, row: int, uri: str, detail: str) -> None:
+    ``row`` numbers rows as the source does: a :class:`~pipeline.manifest.Manifest`'s row in the whole
+    manifest file (what ``sluice lineage manifest:<name>@<version>:<row>`` takes, said "manifest row"), or
+    the position in a table or list of rows given instead."""
+
+    def __init__(self, row: int, uri: str, detail: str, rows: str = "row") -> None:
         self.row = row
         self.uri = uri
-        super().__init__(f"row {row} ({uri}): {detail}")
+        super().__init__(f"{rows} {row} ({uri}): {detail}")
 
 
 class LoaderWorkerDiedError(SampleLoaderError):
@@ -205,7 +213,11 @@ class SampleLoader:
             if isinstance(names, str | bytes):  # would be read as one name per character
                 raise LoaderArgumentError(what, names, "a list of names (or None for the episode's own)")
         table = _rows_table(source)
-        supported = _supported_positions(table, skip_unsupported)
+        # errors name a row as the source numbers it: a rank's manifest rows from its first row in the file
+        self._first_row, self._rows_word = (
+            (source.row_start, "manifest row") if isinstance(source, Manifest) else (0, "row")
+        )
+        supported = _supported_positions(table, skip_unsupported, self._first_row, self._rows_word)
         if supported.size == 0:
             raise LoaderArgumentError("source", f"{table.num_rows} rows", "at least one MCAP episode row")
         self._table = table
@@ -292,6 +304,11 @@ class SampleLoader:
         position = int(self._positions[index])
         return EpisodeRow(**{name: column[position].as_py() for name, column in self._columns})
 
+    def source_row(self, index: int) -> int:
+        """The source's number of :attr:`rows` ``[index]``: its manifest row for a
+        :class:`~pipeline.manifest.Manifest` (what errors name), else its position in the rows given."""
+        return self._first_row + int(self._positions[index])
+
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def open_readers(self) -> None:
@@ -302,9 +319,7 @@ class SampleLoader:
         if self.processes:
             self._open_process_readers()
             return
-        rows: dict[str, int] = {}  # uri -> first row with it, for the error
-        for index, uri in enumerate(self._table.column("uri").take(pa.array(self._positions)).to_pylist()):
-            rows.setdefault(uri, index)
+        rows = self._first_rows()
         uris = list(rows)[: self.max_open_readers]
         together = threading.Barrier(self.workers)
 
@@ -314,7 +329,9 @@ class SampleLoader:
                 try:
                     self._reader(uri)
                 except Exception as exc:
-                    raise SampleReadError(rows[uri], uri, f"cannot open the episode: {exc!r}") from exc
+                    raise SampleReadError(
+                        rows[uri], uri, f"cannot open the episode: {exc!r}", self._rows_word
+                    ) from exc
 
         for future in [self._pool.submit(open_all) for _ in range(self.workers)]:
             future.result()
@@ -330,10 +347,19 @@ class SampleLoader:
                 pid, failed = future.result()
                 if failed is not None:
                     uri, detail = failed
-                    raise SampleReadError(self.uris.index(uri), uri, f"cannot open the episode: {detail}")
+                    raise SampleReadError(
+                        self._first_rows()[uri], uri, f"cannot open the episode: {detail}", self._rows_word
+                    )
                 seen.add(pid)
             if len(seen) >= self.workers:
                 return
+
+    def _first_rows(self) -> dict[str, int]:
+        """uri -> the source's number of the first row with it (for an error about the file)."""
+        rows: dict[str, int] = {}
+        for index, uri in enumerate(self._table.column("uri").take(pa.array(self._positions)).to_pylist()):
+            rows.setdefault(uri, self.source_row(index))
+        return rows
 
     def close(self) -> None:
         """Stop the workers (pending batches are dropped, and the shared memory of any they had read is
@@ -476,8 +502,10 @@ class SampleLoader:
         # side) is paid per part rather than per sample.
         futures: list[Future[Any]] = []
         for part in _parts(picks, self.workers):
-            task = [(index, self._row(index), where) for index, where in part]
-            futures.append(self._pool.submit(worker.read_part, task, self._room_ns, self.sample_options))
+            task = [(self.source_row(index), self._row(index), where) for index, where in part]
+            futures.append(
+                self._pool.submit(worker.read_part, task, self._room_ns, self.sample_options, self._rows_word)
+            )
         with self._lock:
             self._unclaimed.update(futures)
         return rows, futures
@@ -487,7 +515,15 @@ class SampleLoader:
 
     def _sample(self, index: int, where: float) -> Sample:
         """One sample of row ``index`` on this worker thread (see :func:`sample_row`)."""
-        return sample_row(self._reader, index, self._row(index), where, self._room_ns, self.sample_options)
+        return sample_row(
+            self._reader,
+            self.source_row(index),
+            self._row(index),
+            where,
+            self._room_ns,
+            self.sample_options,
+            self._rows_word,
+        )
 
     def _reader(self, uri: str) -> EpisodeReader:
         """This thread's reader of ``uri``, opened if needed; the thread's least recently used reader is
@@ -524,30 +560,37 @@ class SampleLoader:
 
 
 def sample_row(
-    reader_of: Any, index: int, row: EpisodeRow, where: float, room_ns: int, options: Mapping[str, Any]
+    reader_of: Any,
+    number: int,
+    row: EpisodeRow,
+    where: float,
+    room_ns: int,
+    options: Mapping[str, Any],
+    rows: str = "row",
 ) -> Sample:
-    """The sample of row ``index`` at ``where`` along its window's room, read with ``reader_of(uri)``;
-    whatever goes wrong reaches training as a :class:`SampleReadError` naming the row and its uri, chained
-    from the cause."""
+    """The sample of ``row`` at ``where`` along its window's room, read with ``reader_of(uri)``; whatever
+    goes wrong reaches training as a :class:`SampleReadError` naming the row (``rows`` ``number``, as the
+    source numbers it) and its uri, chained from the cause."""
     try:
         reader = reader_of(row.uri)
         start_ns, end_ns = reader.start_ns, reader.end_ns
     except Exception as exc:  # missing, damaged, not an episode, or nothing to sample in
-        raise SampleReadError(index, row.uri, f"cannot open the episode: {exc!r}") from exc
+        raise SampleReadError(number, row.uri, f"cannot open the episode: {exc!r}", rows) from exc
     lo = start_ns if row.start_ns is None else max(row.start_ns, start_ns)
     hi = end_ns if row.end_ns is None else min(row.end_ns, end_ns)
     if hi < lo:
         raise SampleReadError(
-            index,
+            number,
             row.uri,
             f"its window {row.start_ns}..{row.end_ns} ns is outside the file's {start_ns}..{end_ns} ns",
+            rows,
         )
     earliest = min(lo + room_ns, hi)
     t_ns = earliest + int(where * (hi - earliest))
     try:
         return reader.sample(t_ns, **options)
     except Exception as exc:  # a damaged chunk or frame: the row and time say where to look
-        raise SampleReadError(index, row.uri, f"sample at {t_ns} ns: {exc!r}") from exc
+        raise SampleReadError(number, row.uri, f"sample at {t_ns} ns: {exc!r}", rows) from exc
 
 
 def _parts(picks: list[tuple[int, float]], workers: int) -> list[list[tuple[int, float]]]:
@@ -680,9 +723,9 @@ def _as_row(item: Any) -> EpisodeRow:
     raise LoaderArgumentError("row", item, "a uri, a path, an EpisodeRow or a mapping with a 'uri' key")
 
 
-def _supported_positions(table: pa.Table, skip_unsupported: bool) -> np.ndarray:
-    """Positions of the rows the loader can read; the others refused or, with ``skip_unsupported``, left
-    out with a logged count."""
+def _supported_positions(table: pa.Table, skip_unsupported: bool, first_row: int, rows: str) -> np.ndarray:
+    """Positions of the rows the loader can read; the others refused (numbered from ``first_row``) or, with
+    ``skip_unsupported``, left out with a logged count."""
     mcap = pc.ends_with(pc.utf8_lower(table.column("uri")), SUPPORTED_SUFFIX)
     mask = np.asarray(mcap.to_numpy(zero_copy_only=False), dtype=bool)
     unsupported = np.flatnonzero(~mask)
@@ -690,7 +733,10 @@ def _supported_positions(table: pa.Table, skip_unsupported: bool) -> np.ndarray:
         if not skip_unsupported:
             first = table.take(pa.array(unsupported[:_ROWS_SHOWN])).to_pylist()
             raise UnsupportedRowsError(
-                unsupported.tolist(), [(r["episode_id"], r["uri"]) for r in first], table.num_rows
+                (first_row + unsupported).tolist(),
+                [(r["episode_id"], r["uri"]) for r in first],
+                table.num_rows,
+                rows,
             )
         log.warning(
             "sample loader: left out %d of %d rows that are not MCAP episodes (e.g. video clips)",

@@ -88,11 +88,14 @@ def warm(delay_s: float) -> tuple[int, tuple[str, str] | None]:
 
 
 def read_part(
-    picks: Sequence[tuple[int, EpisodeRow, float]], room_ns: int, options: Mapping[str, Any]
+    picks: Sequence[tuple[int, EpisodeRow, float]],
+    room_ns: int,
+    options: Mapping[str, Any],
+    rows: str = "row",
 ) -> PartResult:
-    """The samples of ``picks`` ((row index, row, position along its window)), their frames moved into
-    one shared-memory segment."""
-    samples = [sample_row(reader, index, row, where, room_ns, options) for index, row, where in picks]
+    """The samples of ``picks`` ((the source's row number, row, position along its window)), their frames
+    moved into one shared-memory segment; ``rows`` is what an error calls the number."""
+    samples = [sample_row(reader, number, row, where, room_ns, options, rows) for number, row, where in picks]
     frames = shared.export_frames(samples, _STATE["segment_prefix"])
     closed, _STATE["readers_closed"] = _STATE["readers_closed"], 0
     return PartResult(samples, frames, closed)

@@ -159,6 +159,41 @@ def test_clip_rows_are_refused_by_name(path: Path, span: tuple[int, int], tmp_pa
     assert not [t for t in threading.enumerate() if t.name.startswith("sluice-loader")]  # nothing started
 
 
+@pytest.mark.parametrize("processes", [False, True])
+def test_a_ranks_errors_name_the_manifest_row_lineage_takes(
+    processes: bool, path: Path, span: tuple[int, int], tmp_path: Path
+) -> None:
+    """Rank 1 of 2 holds manifest rows 3..5: a refused clip row and a file that cannot be read are named by
+    their row in the whole manifest (what ``sluice lineage manifest:<ref>:<row>`` takes), not by their
+    place in the rank's slice or the loader's rows."""
+    clip = "file:///store/derived/transcode/abc/ep-video/clip_001.mp4"
+    missing = tmp_path / "gone" / "episode.mcap"
+    rows = [(f"ep-{k}", str(path), *span) for k in range(4)] + [
+        ("ep-video", clip, 0, 2 * NS),
+        ("ep-gone", str(missing), *span),
+    ]
+    files = mf.write_manifest(_manifest_table(rows), tmp_path / "m")
+    rank1 = open_manifest(files.ipc_path, rank=1, world_size=2, cache_dir=tmp_path / "cache")
+    assert (rank1.row_start, rank1.rows) == (3, 3)
+    with pytest.raises(UnsupportedRowsError) as refused:
+        SampleLoader(rank1, 2)
+    assert refused.value.positions == [4]
+    assert "manifest row 4 (ep-video)" in str(refused.value)
+    with (
+        SampleLoader(rank1, 2, workers=1, prefetch=0, skip_unsupported=True, processes=processes) as loader,
+        pytest.raises(SampleReadError) as unread,
+    ):
+        assert [loader.source_row(i) for i in range(len(loader))] == [3, 5]
+        loader.open_readers()
+        for _ in zip(range(20), loader, strict=False):
+            pass
+    assert (unread.value.row, unread.value.uri) == (5, str(missing))
+    assert f"manifest row 5 ({missing})" in str(unread.value)
+    # a plain table is numbered from 0, and called rows
+    with pytest.raises(UnsupportedRowsError, match=r"(?<!manifest )row 1 \(ep-video\)"):
+        SampleLoader(_manifest_table([rows[0], rows[4]]), 2)
+
+
 def test_clip_rows_are_skipped_when_asked(
     path: Path, span: tuple[int, int], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
