@@ -219,7 +219,7 @@ class SampleLoader:
         )
         supported = _supported_positions(table, skip_unsupported, self._first_row, self._rows_word)
         if supported.size == 0:
-            raise LoaderArgumentError("source", f"{table.num_rows} rows", "at least one MCAP episode row")
+            raise LoaderArgumentError("source", _described(source, table), _NONE_READABLE)
         self._table = table
         # looked up once: by name on every row, they were most of a row's cost (11 -> 3 us)
         self._columns = [(name, table.column(name)) for name in table.column_names]
@@ -743,6 +743,22 @@ def _supported_positions(table: pa.Table, skip_unsupported: bool, first_row: int
             unsupported.size, table.num_rows,
         )  # fmt: skip
     return np.flatnonzero(mask)
+
+
+_NONE_READABLE = (
+    "at least one MCAP episode row (a rank's share of a version that mixes robot episodes with video clips "
+    "can hold clips only: filter the spec to robot episodes with kind = 'mcap', or use fewer ranks)"
+)
+
+
+def _described(source: RowsSource, table: pa.Table) -> str:
+    """What the loader was given, for an error: a rank's place in its manifest, or a count of rows."""
+    if isinstance(source, Manifest):
+        return (
+            f"rank {source.rank} of {source.world_size}: manifest rows {source.row_start}..{source.row_stop} "
+            f"of split {source.split or 'all'} ({table.num_rows} rows)"
+        )
+    return f"{table.num_rows} rows"
 
 
 def _check_seconds(what: str, value: float) -> None:

@@ -194,6 +194,19 @@ def test_a_ranks_errors_name_the_manifest_row_lineage_takes(
         SampleLoader(_manifest_table([rows[0], rows[4]]), 2)
 
 
+def test_a_rank_holding_clips_only_is_told_why_it_has_nothing_to_read(
+    path: Path, span: tuple[int, int], tmp_path: Path
+) -> None:
+    clips = [(f"v{k}", f"file:///store/v/clip_{k:03d}.mp4", 0, NS) for k in range(2)]
+    files = mf.write_manifest(_manifest_table([("r", str(path), *span), *clips]), tmp_path / "m")
+    rank1 = open_manifest(files.ipc_path, rank=1, world_size=2, cache_dir=tmp_path / "cache")
+    with pytest.raises(LoaderArgumentError) as caught:
+        SampleLoader(rank1, 2, skip_unsupported=True)
+    said = str(caught.value)
+    assert "rank 1 of 2: manifest rows 2..3 of split train (1 rows)" in said, said
+    assert "kind = 'mcap'" in said, said
+
+
 def test_clip_rows_are_skipped_when_asked(
     path: Path, span: tuple[int, int], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
