@@ -130,7 +130,8 @@ def test_shards_are_verified_recorded_and_balanced(world: World, tmp_path: Path)
     # cut otherwise (another target), the version would hold the old shards beside the new ones, each
     # sample twice for a training run that reads them all: refused, and nothing is written or recorded
     with pytest.raises(
-        ShardPlanConflictError, match=r"pick@v1 is sharded already, otherwise: 3 shard\(s\) are recorded and this plan cuts 2"
+        ShardPlanConflictError,
+        match=r"pick@v1 is sharded already, otherwise: 3 shard\(s\) are recorded and this plan cuts 2",
     ):
         _write(world, rows, 10**9, "pick", version_id)
     assert [r.uri for r in list_shards(world.ctx.engine, version_id)] == [s.uri for s in shards]
