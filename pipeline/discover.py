@@ -30,6 +30,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.enums import PassOverReason
 from pipeline.errors import InfrastructureError, SluiceError
+from pipeline.store import client_errors
 
 log = logging.getLogger(__name__)
 
@@ -258,30 +259,13 @@ def _local_refusal(full_path: str, real_root: str) -> tuple[PassOverReason, str]
     return None
 
 
-def _client_errors() -> tuple[type[BaseException], ...]:
-    """What the storage clients raise when a source cannot be reached or read: OSError (refused connections,
-    permission, timeouts; s3fs maps S3's access denied to PermissionError), and the clients' own roots for
-    the rest (botocore's missing credentials, aiohttp's HTTP errors). A TypeError from bad
-    ``storage_options`` or a bug is none of these and stays what it is."""
-    errors: list[type[BaseException]] = [OSError]
-    with contextlib.suppress(ImportError):
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        errors += [BotoCoreError, ClientError]
-    with contextlib.suppress(ImportError):
-        from aiohttp import ClientError as HttpClientError
-
-        errors.append(HttpClientError)
-    return tuple(errors)
-
-
 @contextlib.contextmanager
 def _reaching(root: str) -> Iterator[None]:
-    """What a storage client raises while it lists ``root`` (:func:`_client_errors`) as
+    """What a storage client raises while it lists ``root`` (:func:`~pipeline.store.client_errors`) as
     :class:`SourceUnreachableError`, with the client's own words."""
     try:
         yield
-    except _client_errors() as exc:
+    except client_errors() as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise SourceUnreachableError(
             root, f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -57,6 +57,41 @@ MANIFESTS = "manifests"
 TMP = "tmp"
 
 
+def client_errors() -> tuple[type[BaseException], ...]:
+    """What the storage clients raise when a store or source cannot be reached or read: OSError (refused
+    connections, permission, timeouts; s3fs maps S3's access denied to PermissionError), and the clients'
+    own roots for the rest (botocore's missing credentials and unreachable endpoints, aiohttp's HTTP
+    errors). A TypeError from bad ``storage_options`` or a bug is none of these and stays what it is."""
+    errors: list[type[BaseException]] = [OSError]
+    errors += _unreachable_errors()
+    with contextlib.suppress(ImportError):
+        from botocore.exceptions import ClientError
+
+        errors.append(ClientError)
+    return tuple(errors)
+
+
+def _unreachable_errors() -> list[type[BaseException]]:
+    """The client errors that say the storage service itself is out of reach (no credentials, an endpoint
+    that does not answer), not that one object is: every other object would fail the same way."""
+    errors: list[type[BaseException]] = []
+    with contextlib.suppress(ImportError):
+        from botocore.exceptions import BotoCoreError
+
+        errors.append(BotoCoreError)
+    with contextlib.suppress(ImportError):
+        from aiohttp import ClientError as HttpClientError
+
+        errors.append(HttpClientError)
+    return errors
+
+
+def first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (a storage client's message can run to a page)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
 @dataclass(frozen=True)
 class Landed:
     """One source landed in the raw store."""
@@ -279,6 +314,8 @@ class Store:
         def found(problem: str, detail: str) -> ScrubFinding:
             return ScrubFinding(obj.sha256, obj.uri, problem, detail, obj.kind)
 
+        unreadable: tuple[type[BaseException], ...] = (*client_errors(), ValueError)
+
         try:
             fs, path = self._fs_of(obj.uri)
             digest = hashlib.sha256()
@@ -289,7 +326,10 @@ class Store:
                     actual += len(block)
         except FileNotFoundError:
             return found("missing", "object not found in the store")
-        except (OSError, ValueError) as exc:
+        except tuple(_unreachable_errors()) as exc:
+            # the service is out of reach, not this object: every object would be "unreadable"
+            raise StoreError(f"cannot reach {obj.uri} to re-hash it: {first_line(exc)}") from exc
+        except unreadable as exc:
             return found("unreadable", f"{type(exc).__name__}: {exc}")
         if actual != obj.size_bytes:
             return found("size", f"{actual} bytes, expected {obj.size_bytes}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -10,8 +11,10 @@ from pipeline.cli._common import console, error_console, print_json, vendor_file
 
 
 def command(
-    path: Path = typer.Argument(
-        None, help="An ad-hoc folder to ingest under a generic contract, or a vendor file (*.yaml)."
+    path: str = typer.Argument(
+        None,
+        help="An ad-hoc folder (a local path or a URL such as s3://bucket/prefix) to ingest under a generic "
+        "contract, or a vendor file (*.yaml).",
     ),
     vendor_file: Path = typer.Option(None, "--vendor", help="A vendor config file (dags/vendors/*.yaml)."),
     kind: str = typer.Option(None, "--kind", help="mcap or video (with PATH)."),
@@ -26,14 +29,13 @@ def command(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Ingest a vendor (`--vendor FILE`, or the file as PATH) or an ad-hoc folder (`PATH --kind mcap|video`)."""
-    from pipeline.config import generic_vendor, load_vendor
-    from pipeline.discover import SourceMissingError
+    from pipeline.config import load_vendor
     from pipeline.enums import SourceKind
     from pipeline.steps.runner import EXECUTORS
     from pipeline.vendor_ingest import ingest_vendor
 
-    if vendor_file is None and path is not None and vendor_file_argument(path):
-        path, vendor_file = None, path
+    if vendor_file is None and path is not None and vendor_file_argument(Path(path)):
+        path, vendor_file = None, Path(path)
     if (vendor_file is None) == (path is None):
         raise typer.BadParameter("give either --vendor FILE or PATH --kind KIND")
     # every argument checked before the catalog is reached, so that a mistake is named as itself
@@ -48,9 +50,7 @@ def command(
         if kind not in kinds:
             given = "PATH needs --kind" if kind is None else f"--kind {kind!r} is not a kind;"
             raise typer.BadParameter(f"{given} one of {', '.join(kinds)}")
-        if not path.is_dir():  # said as a vendor's source is, before the catalog is reached
-            raise SourceMissingError(str(path.resolve()), is_file=path.exists())
-        vendor = generic_vendor(kind, str(path.resolve()))
+        vendor = _ad_hoc_vendor(kind, path)
         if include:
             vendor = vendor.model_copy(
                 update={"source": vendor.source.model_copy(update={"include": tuple(include)})}
@@ -92,3 +92,27 @@ def command(
         )
     if report.discovered:
         console.print("see them with `sluice files list` and `sluice quarantine list`")
+
+
+def _ad_hoc_vendor(kind: str, where: str) -> Any:
+    """The generic vendor of an ad-hoc folder: a local one must exist (said as a vendor's source is, before
+    the catalog is reached); a URL is kept as given (``Path`` would fold ``s3://b`` into ``s3:/b``), and
+    whether it can be listed is the discovery's to say, as for a vendor's source."""
+    import fsspec
+    from pydantic import ValidationError
+
+    from pipeline.config import generic_vendor
+    from pipeline.config.models import local_source_path
+    from pipeline.discover import SourceMissingError
+
+    try:
+        vendor = generic_vendor(kind, where)  # the URL checked as a vendor's source is ("s3:/b", "s3://")
+    except ValidationError as exc:
+        raise typer.BadParameter(exc.errors()[0]["msg"].removeprefix("Value error, ")) from exc
+    protocol, _ = fsspec.core.split_protocol(where)
+    if protocol not in (None, "file", "local"):
+        return vendor
+    folder = local_source_path(where)
+    if not folder.is_dir():
+        raise SourceMissingError(str(folder.resolve()), is_file=folder.exists())
+    return generic_vendor(kind, str(folder.resolve()))

@@ -158,10 +158,16 @@ class SourceConfig(FrozenModel):
             )
         if "::" in url:
             raise ValueError(f"chained fsspec URL {url!r} is not supported: give one protocol")
-        protocol, _ = fsspec.core.split_protocol(url)
+        protocol, rest = fsspec.core.split_protocol(url)
         if protocol is not None and protocol not in fsspec.available_protocols():
             known = ", ".join(sorted(fsspec.available_protocols()))
             raise ValueError(f"unknown fsspec protocol {protocol!r}; known: {known}")
+        scheme, colon, after = url.partition(":")
+        if protocol is None and colon and scheme in fsspec.available_protocols() and len(scheme) > 1:
+            # "s3:/bucket" is not read as a URL but as a local folder named "s3:" (one letter is a drive)
+            raise ValueError(f"{url!r} is not a URL: write {scheme}://{after.lstrip('/')}")
+        if protocol not in (None, "file", "local", "memory") and not rest.strip("/"):
+            raise ValueError(f"{url!r} names no bucket or host: write {protocol}://BUCKET/PREFIX")
         return url
 
     @property

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from pipeline.catalog.models import Artifact, Blob, CheckResult, Episode, SourceFile, Vendor
 from pipeline.enums import ArtifactKind, FileState, Gate, ReasonCode, SourceKind
 from pipeline.report.frames import Thumbnail
+from pipeline.store import client_errors, first_line
 
 #: Thumbnails per report: every held-back episode of the run up to the first number, then accepted ones up
 #: to the second; each costs a GOP's decode and ~7 kB of page.
@@ -177,5 +178,7 @@ def _thumbnail(
                 return frames.raw_log_frame(handle, camera, at_ns=at_ns, start_ns=row.start_time_ns, why=why)
         with fsspec.open(row.raw_uri, "rb", **options) as handle:
             return frames.clip_frame(handle, at_s=None, why=None)
-    except OSError as exc:
-        return frames.none(f"the raw file cannot be read: {exc}")
+    except (
+        client_errors()
+    ) as exc:  # a store out of reach (S3 down, no credentials) too: the sheet still renders
+        return frames.none(f"the raw file cannot be read: {first_line(exc)}")

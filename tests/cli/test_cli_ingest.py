@@ -114,3 +114,16 @@ def test_the_ray_executor_without_a_cluster_is_a_clear_error(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert "the ray executor needs a Ray cluster" in " ".join(done.stderr.split())
+
+
+def test_an_ad_hoc_url_written_wrong_is_said_as_such(tmp_path: Path) -> None:
+    """`s3:/bucket` was folded by a Path argument into a local folder `<cwd>/s3:/bucket` and reported as a
+    missing source folder; `s3://` alone got as far as s3fs's "Cannot traverse all of S3"."""
+    env = {"SLUICE_HOME": str(tmp_path / "home")}
+    result = CliRunner().invoke(app, ["ingest", "s3:/drops/acme", "--kind", "mcap"], env=env)
+    assert result.exit_code == 2 and "'s3:/drops/acme' is not a URL: write s3://drops/acme" in " ".join(
+        result.output.replace("│", " ").split()
+    ), result.output
+    result = CliRunner().invoke(app, ["ingest", "s3://", "--kind", "mcap"], env=env)
+    assert result.exit_code == 2 and "names no bucket or host" in result.output, result.output
+    assert not (tmp_path / "home").exists()  # refused before the catalog or the store was touched

@@ -9,10 +9,12 @@ environment names the endpoint and the keys.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
 import s3fs
+import yaml
 from cluster_helpers import s3_robot_vendor
 
 from pipeline.config import load_vendor
@@ -140,3 +142,106 @@ def _file_states(engine: object) -> dict[str, tuple[str, list[str]]]:
     )
     with engine.connect() as conn:  # type: ignore[attr-defined]
         return {r.path: (r.state, sorted(r.reasons or [])) for r in conn.execute(query)}
+
+
+def test_a_store_out_of_reach_is_one_clean_error_for_scrub_and_a_note_in_the_report(
+    s3_server: LocalS3Server, tmp_path: Path, migrated_database_url: str
+) -> None:
+    """With the S3 endpoint gone (stopped, or credentials missing), `sluice scrub` says it cannot reach the
+    store, once, instead of a botocore traceback (or every object listed as unreadable), and `sluice report`
+    still renders, each thumbnail saying why it has no picture."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from pipeline.synth.generate import make_robot_drop
+
+    make_buckets("sluice-store-reach")
+    make_robot_drop(
+        tmp_path / "drop", RobotDropConfig(episodes=1, seconds=1.0, width=64, height=48, defects=())
+    )
+    sluice = Path(sys.executable).with_name("sluice")
+    env = dict(os.environ) | {
+        "SLUICE_HOME": str(tmp_path / "home"),
+        "SLUICE_DATABASE_URL": migrated_database_url,
+        "SLUICE_STORE_URL": "s3://sluice-store-reach",
+    }
+
+    def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(sluice), *args], env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+
+    vendor_data = yaml.safe_load((REPO / "dags" / "vendors" / "acme_robotics.yaml").read_text())
+    vendor_data["source"] |= {"url": str(tmp_path / "drop"), "settle_s": 0}
+    vendor_file = tmp_path / "vendors" / "acme_robotics.yaml"
+    vendor_file.parent.mkdir()
+    vendor_file.write_text(yaml.safe_dump(vendor_data, sort_keys=False))
+    vendor = load_vendor(vendor_file)
+    settings = load_settings(
+        home=tmp_path / "home",
+        database_url=migrated_database_url,
+        store_url="s3://sluice-store-reach",
+        vendors_dir=tmp_path / "vendors",
+        project_dir=tmp_path,
+    )
+    ctx = build_context(settings)
+    try:  # a recorded run whose inputs are in the S3 store, as a DAG's tasks make it
+        run_id = start_run(
+            ctx, vendor, dag_id=vendor.name, run_id="manual__reach", toggles=validate_conf(vendor, {})
+        )
+        discover(ctx, vendor, run_id)
+        for batch_id in plan(ctx, vendor, run_id)["batch_ids"]:
+            for step in (StepName.INGEST, StepName.QUALITY_PRE):
+                assert run_batch_step(settings, vendor, step, run_id, batch_id, ctx=ctx)["failed"] == 0
+    finally:
+        ctx.engine.dispose()
+    with socket.socket() as probe:  # a port nothing answers on
+        probe.bind(("127.0.0.1", 0))
+        gone = probe.getsockname()[1]
+    unreachable = env | {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{gone}", "AWS_MAX_ATTEMPTS": "1"}
+    scrub = run("scrub", env=unreachable)
+    assert scrub.returncode == 2 and "Traceback" not in scrub.stderr, scrub.stderr
+    assert "cannot reach s3://sluice-store-reach/raw/" in scrub.stderr, scrub.stderr
+    assert "EndpointConnectionError" in scrub.stderr, scrub.stderr
+    report = run("report", "latest", env=unreachable)
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+    written = Path(report.stdout.split("report written to ")[1].split()[0])
+    assert "the raw file cannot be read: EndpointConnectionError" in written.read_text()
+    assert run("scrub", env=env).returncode == 0  # the endpoint back: nothing was wrong with the objects
+
+
+def test_an_ad_hoc_ingest_takes_an_s3_url_as_given(
+    s3_server: LocalS3Server, tmp_path: Path, migrated_database_url: str
+) -> None:
+    """`sluice ingest s3://bucket/prefix --kind mcap` lists the bucket (its PATH argument was a Path, which
+    folded `s3://` into a local folder `s3:/`)."""
+    import os
+    import subprocess
+    import sys
+
+    from pipeline.synth.generate import make_robot_drop
+
+    make_buckets("sluice-adhoc")
+    make_robot_drop(
+        tmp_path / "drop", RobotDropConfig(episodes=1, seconds=1.0, width=64, height=48, defects=())
+    )
+    s3fs.S3FileSystem().put(str(tmp_path / "drop") + "/", "sluice-adhoc/logs/", recursive=True)
+    env = dict(os.environ) | {
+        "SLUICE_HOME": str(tmp_path / "home"),
+        "SLUICE_DATABASE_URL": migrated_database_url,
+    }
+    sluice = str(Path(sys.executable).with_name("sluice"))
+    args = ["ingest", "s3://sluice-adhoc/logs", "--kind", "mcap", "--settle-s", "0", "--json"]
+    done = subprocess.run(
+        [sluice, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["discovered"] >= 1 and report["vendor"].startswith("adhoc_logs_"), report

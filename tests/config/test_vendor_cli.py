@@ -201,3 +201,19 @@ def test_init_out_that_cannot_be_written_is_one_error_naming_it(tmp_path: Path, 
     result = runner.invoke(app, [*args, str(tmp_path / "new" / "x.yaml")])
     assert result.exit_code == 0, result.output
     assert [p.name for p in (tmp_path / "new").iterdir()] == ["x.yaml"]  # no scratch folder left
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("s3://", "'s3://' names no bucket or host: write s3://BUCKET/PREFIX"),
+        ("s3:/drops/acme", "'s3:/drops/acme' is not a URL: write s3://drops/acme"),
+    ],
+)
+def test_validate_refuses_a_source_url_written_wrong(write_vendor, tiny: str, url: str, said: str) -> None:
+    """`s3://` passed validation, then discovery stopped with s3fs's "Cannot traverse all of S3"; `s3:/x`
+    was taken for a local folder named `s3:` and only warned about as missing."""
+    bad = write_vendor(tiny.replace("{root}", url), name="tiny")
+    result = runner.invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 1, result.output
+    assert said in " ".join(result.output.split()), result.output
