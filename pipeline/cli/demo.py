@@ -94,6 +94,12 @@ def command(
             console.print(
                 f"explore with `sluice files list`, `sluice status`, or the Airflow UI at {platform.airflow.url}"
             )
+        elif cluster:  # the store the summary names is about to go: moto keeps its objects in memory
+            console.print(
+                "the S3 server stops with the demo, and the store's objects with it (kept in memory): run "
+                "with --keep-running to look around with the commands above",
+                highlight=False,
+            )
 
 
 def _validate(settings: Any) -> dict[str, Any]:
@@ -212,6 +218,11 @@ def _where_it_ran(platform: Platform, runs: dict[str, ScheduledRun]) -> None:
 
     client = platform.airflow.client()
     nodes = platform.ray.alive_nodes() if platform.ray is not None else {}
+    ctx = build_context(platform.settings)
+    try:
+        outputs = transcoded_outputs(ctx.engine)
+    finally:
+        ctx.engine.dispose()
     for name, run in runs.items():
         console.print(f"[bold]where the {name} run ran[/]")
         placed: dict[str, Counter[str]] = {}
@@ -233,14 +244,10 @@ def _where_it_ran(platform: Platform, runs: dict[str, ScheduledRun]) -> None:
         for task_id, where in on_ray.items():
             shown = ", ".join(f"{n} items on Ray node {node}" for node, n in sorted(where.items()))
             console.print(f"    Ray     {task_id}: {shown}", highlight=False)
-    ctx = build_context(platform.settings)
-    try:
-        outputs = transcoded_outputs(ctx.engine)
-    finally:
-        ctx.engine.dispose()
-    for (vendor, path), made in sorted(outputs.items()):
-        for uri, _ in made:
-            console.print(f"    S3      {vendor}/{path} → {uri}", highlight=False)
+        for (vendor, path), made in sorted(outputs.items()):  # each run's own outputs under its heading
+            if vendor == name:
+                for uri, _ in made:
+                    console.print(f"    S3      {vendor}/{path} → {uri}", highlight=False)
 
 
 def transcoded_outputs(engine: Engine) -> dict[tuple[str, str], list[tuple[str, str]]]:
