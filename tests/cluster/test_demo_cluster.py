@@ -141,6 +141,13 @@ def test_the_cluster_demo_ends_as_the_single_machine_demo(fresh_database_url: An
     assert len(transcode_on_ray) == len(VENDORS), out[-4000:]
     assert all("worker1" in line and "ray-head" not in line for line in transcode_on_ray), transcode_on_ray
     assert "S3      " in out and "→ s3://sluice-store/derived/" in out
+    heading = ""
+    for line in out.splitlines():  # each run's S3 outputs under that run's heading
+        if line.startswith("where the "):
+            heading = line.split()[2]
+        elif line.startswith("    S3      "):
+            assert line.split()[1].startswith(f"{heading}/"), (heading, line)
+    assert "the S3 server stops with the demo" in out
     print(
         f"cluster demo {cluster_s:.0f} s, single-machine demo {single_s:.0f} s; "
         f"{len(cluster_state['files'])} files and {sum(map(len, cluster_state['sha256'].values()))} "
