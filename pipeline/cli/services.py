@@ -15,6 +15,7 @@ app = typer.Typer(
 )
 
 PARTS_HELP = "Which services (s3, redis, ray); all of them when omitted."
+LISTED_HELP = "Which services (s3, redis, ray, postgres, airflow); all of them when omitted."
 
 
 @app.command()
@@ -23,22 +24,49 @@ def up(names: list[str] = typer.Argument(None, help=PARTS_HELP)) -> None:
     from pipeline.services.registry import select
 
     for part in select(load_settings().home_abs, names):
-        console.print(f"{part.name}: {part.up()}")
+        started = part.up()
+        if started.was_running:
+            said = f"already running at {started.where}"
+        elif started.already_running:
+            said = (
+                f"started {', '.join(started.started)} ({', '.join(started.already_running)} already "
+                f"running) at {started.where}"
+            )
+        else:
+            said = f"started at {started.where}"
+        console.print(f"{part.name}: {said}", highlight=False)
+        for note in started.notes:
+            console.print(f"{part.name}: {note}", highlight=False)
 
 
 @app.command()
-def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def status(
+    names: list[str] = typer.Argument(None, help=LISTED_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
     """Say which services run (Postgres and Airflow too), where, with their pids and logs."""
+    from pipeline.services.registry import PARTLY_RUNNING, PARTS, RUNNING
     from pipeline.services.registry import status as gather
 
-    info = gather(load_settings().home_abs)
+    info = gather(load_settings().home_abs, names)
     if as_json:
         print(json.dumps(info))
         return
     for name, part in info.items():
-        state = f"running at {part['where']}" if part["running"] else "stopped"
-        console.print(f"{name}: {state}")
-        for process, detail in part["processes"].items():
+        processes = part["processes"]
+        if part["state"] == RUNNING:
+            said = f"running at {part['where']}"
+        elif part["state"] == PARTLY_RUNNING:
+            runs = [p for p, detail in processes.items() if detail["pid"] is not None]
+            stopped = [p for p, detail in processes.items() if detail["pid"] is None]
+            at = f" at {part['where']}" if part["where"] else ""
+            said = f"partly running{at}: {', '.join(runs)} running, {', '.join(stopped)} stopped"
+            if name in PARTS:
+                said += f" (`sluice services up {name}` starts what is stopped)"
+        else:
+            said = "stopped"
+        console.print(f"{name}: {said}", highlight=False)
+        for process, detail in processes.items():
             console.print(f"    {process}: pid {detail['pid']}, log {detail['log']}", highlight=False)
 
 

@@ -4,7 +4,9 @@ A :class:`Daemon` is one command run detached in its own process group (so that 
 forked), with its pid and start instant in ``<run_dir>/<name>.pid`` and its output in
 ``<log_dir>/<name>.log``. A later process (``sluice services down``, a test's teardown) finds it from those
 files alone; the recorded start instant (:func:`process_start_mark`) makes sure a
-signal only ever reaches the very process that was started, never a stranger that got its pid.
+signal only ever reaches the very process that was started, never a stranger that got its pid. Likewise a
+start is ready only when ``ready`` holds *and* that process still runs: another program that holds the
+port may answer while ours exits, unable to bind it.
 
 Not mirakuru (which pytest-postgresql and pytest-redis build on): its executors kill everything they
 started when the starting Python process exits (an ``atexit`` hook), and this project's services must
@@ -61,6 +63,68 @@ def kept_port(path: Path, choose: Callable[[], int] = free_port) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(str(choose()))
     return int(path.read_text())
+
+
+def recorded_port(path: Path) -> int | None:
+    """The port recorded in ``path``, or None: for ``status`` and ``down``, which must not record one."""
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def claim_port(path: Path, host: str, choose: Callable[[], int] = free_port) -> tuple[int, int | None]:
+    """The port to start a service on, and the kept port given up (None when it is kept).
+
+    The port recorded in ``path`` when it is free (a restart serves where it did); when another program
+    holds it, a new one from ``choose``, recorded in its place: a service that cannot bind its port exits,
+    and one that starts elsewhere only moves its address.
+    """
+    kept = kept_port(path, choose)
+    if port_free(host, kept):
+        return kept, None
+    port = choose()
+    path.write_text(str(port))
+    log.info("port %d of %s is taken by another program; using port %d", kept, path, port)
+    return port, kept
+
+
+def moved(given_up: int | None, where: str) -> tuple[str, ...]:
+    """The note :class:`Started` carries when :func:`claim_port` gave up the kept port ``given_up``."""
+    if given_up is None:
+        return ()
+    return (
+        f"port {given_up} was taken by another program, so it now serves at {where}: "
+        "clients that kept the old address must take the new one",
+    )
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could listen on ``host:port`` now (nothing listens there, on it or on 0.0.0.0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the servers themselves bind: a connection of an earlier run in TIME_WAIT does not hold it.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Started:
+    """What bringing a service up did: where it serves, which of its processes it started now and which
+    already ran, and anything its user must know (a port that moved)."""
+
+    where: str
+    started: tuple[str, ...]
+    already_running: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def was_running(self) -> bool:
+        """Whether every process already ran (nothing was started)."""
+        return not self.started
 
 
 def port_answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
@@ -147,11 +211,20 @@ class Daemon:
         return pid
 
     def wait_ready(self, *, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Poll ``ready`` until it holds while this very process still runs.
+
+        Liveness is checked after each ``ready``: an answer on the port counts only from a process that is
+        still there afterwards, since another program holding the port may answer while ours exits on it.
+        """
         deadline = time.monotonic() + timeout_s
         while True:
+            ready = self.ready is None or self.ready()
             if self.live_pid() is None:
-                raise ServiceError(f"{self.name} exited during start-up:\n{tail(self.log_file)}")
-            if self.ready is None or self.ready():
+                raise ServiceError(
+                    f"{self.name} exited during start-up; the last lines of its log "
+                    f"{self.log_file}:\n{tail(self.log_file)}"
+                )
+            if ready:
                 return
             if time.monotonic() > deadline:
                 raise ServiceError(

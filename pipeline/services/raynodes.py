@@ -18,7 +18,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.services.daemon import Daemon, ServiceError, free_port, kept_port, port_answers
+from pipeline.services.daemon import (
+    Daemon,
+    ServiceError,
+    Started,
+    claim_port,
+    free_port,
+    kept_port,
+    moved,
+    port_answers,
+    recorded_port,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +101,16 @@ class RayCluster:
         ]
         return Daemon(name, argv + args, run_dir=self.root, log_dir=self.root / "logs", env=_node_env())
 
+    def _recorded_port(self) -> int:
+        """The head's kept port, or 0 before the first start: ``status`` and ``down`` record no port."""
+        return recorded_port(self._port_file) or 0
+
     def head(self) -> Daemon:
         return self._daemon(
             HEAD,
             [
                 "--head",
-                f"--port={self.port}",
+                f"--port={self._recorded_port()}",
                 f"--num-cpus={self.head_cpus}",
                 "--num-gpus=0",
                 f"--object-store-memory={OBJECT_STORE_BYTES}",
@@ -113,7 +127,7 @@ class RayCluster:
         return self._daemon(
             name,
             [
-                f"--address={self.address}",
+                f"--address={HOST}:{self._recorded_port()}",
                 f"--num-cpus={spec.cpus}",
                 "--num-gpus=0",
                 f"--memory={spec.memory_bytes}",
@@ -123,18 +137,46 @@ class RayCluster:
         )
 
     def up(self) -> str:
-        """Start the head, then every worker node, each once it is in the cluster; return the address."""
-        head = self.head()
-        head.ready = lambda: port_answers(HOST, self.port) and _started(head)
-        _start_patiently(head)
+        """Start what does not run (the head, then every worker node, each once it is in the cluster);
+        return the address."""
+        return self.start().where
+
+    def start(self) -> Started:
+        """Start the nodes that do not run, the head first; those that run are kept.
+
+        When the head must start and another program took its kept port, it starts on a new one, and the
+        worker nodes still running (they joined the old address) are started again to join it.
+        """
+        running = {HEAD} if self.head().live_pid() is not None else set()
+        running |= {name for name in self.workers if self.worker(name).live_pid() is not None}
+        started: list[str] = []
+        notes: tuple[str, ...] = ()
+        if HEAD not in running:
+            port, given_up = claim_port(self._port_file, HOST, _port_outside_worker_range)
+            if given_up is not None:
+                notes = moved(given_up, self.address)
+                for name in sorted(running):
+                    self.worker(name).stop()
+                running.clear()
+            head = self.head()
+            offset = _log_size(head)
+            head.ready = lambda: port_answers(HOST, port) and _started(head, offset)
+            _start_patiently(head)
+            started.append(HEAD)
         for name in self.workers:
-            self.start_worker(name)
-        return self.address
+            if name not in running:
+                self.start_worker(name)
+                started.append(name)
+        return Started(self.address, tuple(started), tuple(sorted(running)), notes)
 
     def start_worker(self, name: str) -> int:
-        """Start worker node ``name`` (again, after a kill) and wait until the cluster counts it alive."""
+        """Start worker node ``name`` (again, after a kill) and wait until the cluster counts it alive; its
+        pid (that of the node already running, if it runs)."""
         daemon = self.worker(name)
-        offset = daemon.log_file.stat().st_size if daemon.log_file.exists() else 0
+        pid = daemon.live_pid()
+        if pid is not None:
+            return pid
+        offset = _log_size(daemon)
         daemon.ready = lambda: _started(daemon, offset)
         return _start_patiently(daemon)
 
@@ -197,12 +239,18 @@ def _start_patiently(daemon: Daemon) -> int:
 
 
 def _node_env() -> dict[str, str]:
-    """The environment of a node's processes: this one, with a patient wait for the node's agents."""
+    """The environment of a node's processes: this one, with a patient wait for the node's agents and one
+    authentication mode for every node."""
     import os
 
+    # Ray 2.60's `ray start` turns token authentication on when ~/.ray/auth_token exists at that moment (any
+    # local `ray.init()` writes it): a head started with it and a worker node without it (or a driver that
+    # sends none) then cannot talk ("InvalidAuthToken"; seen with the file appearing between two starts).
+    # Off, as before Ray 2.60, for these nodes of one machine; a mode set in the environment is kept.
+    auth = {"RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
     # The raylet waits this long for its dashboard agent to come up and say which ports it serves; the agent
     # (a Python process importing the dashboard) took 30 s on a 2-core machine at load 10, twice the default.
-    return os.environ | {"RAY_agent_register_timeout_ms": str(int(AGENT_TIMEOUT_S * 1000))}
+    return os.environ | auth | {"RAY_agent_register_timeout_ms": str(int(AGENT_TIMEOUT_S * 1000))}
 
 
 def _port_outside_worker_range() -> int:
@@ -211,6 +259,14 @@ def _port_outside_worker_range() -> int:
         port = free_port()
         if not WORKER_PORTS[0] <= port <= WORKER_PORTS[1] and port != 10001:
             return port
+
+
+def _log_size(daemon: Daemon) -> int:
+    """Where what the next start writes begins in the daemon's log (what earlier starts wrote is before)."""
+    try:
+        return daemon.log_file.stat().st_size
+    except OSError:
+        return 0
 
 
 def _started(daemon: Daemon, offset: int = 0) -> bool:

@@ -1,4 +1,5 @@
-"""Redis for the Celery executor's broker: Debian's ``redis-server``, on a free port of 127.0.0.1.
+"""Redis for the Celery executor's broker: Debian's ``redis-server``, on a free port of 127.0.0.1 (kept across
+restarts unless another program took it meanwhile: see :func:`~pipeline.services.daemon.claim_port`).
 
 No persistence (``--save ''``, ``--appendonly no``): the broker holds only messages about task instances
 whose state Airflow keeps in its metadata DB, and a restart must not replay week-old ones.
@@ -10,7 +11,15 @@ import shutil
 import socket
 from pathlib import Path
 
-from pipeline.services.daemon import Daemon, ServiceError, kept_port
+from pipeline.services.daemon import (
+    Daemon,
+    ServiceError,
+    Started,
+    claim_port,
+    kept_port,
+    moved,
+    recorded_port,
+)
 
 HOST = "127.0.0.1"
 PACKAGE = "redis-server"
@@ -33,13 +42,11 @@ class LocalRedis:
 
     @property
     def daemon(self) -> Daemon:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise ServiceError(
-                f"redis-server is not installed: it is Debian's `{PACKAGE}` package (`apt-get install "
-                f"{PACKAGE}`, or `make system-tools` as root)"
-            )
-        argv = [binary, "--bind", HOST, "--port", str(self.port), "--save", "", "--appendonly", "no"]
+        """Its process, as ``status`` and ``down`` find it (they record no port: this reads the kept one)."""
+        return self._daemon(recorded_port(self._port_file) or 0)
+
+    def _daemon(self, port: int, binary: str = "redis-server") -> Daemon:
+        argv = [binary, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no"]
         argv += ["--dir", str(self.root)]
         return Daemon(self.name, argv, run_dir=self.root, log_dir=self.root, ready=self.healthy)
 
@@ -52,9 +59,23 @@ class LocalRedis:
         except OSError:
             return False
 
+    def start(self) -> Started:
+        """Start it unless it runs, on its kept port or, when another program took that, a new one."""
+        if self.daemon.live_pid() is not None:
+            return Started(self.url, started=(), already_running=(self.name,))
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ServiceError(
+                f"redis-server is not installed: it is Debian's `{PACKAGE}` package (`apt-get install "
+                f"{PACKAGE}`, or `make system-tools` as root)"
+            )
+        port, given_up = claim_port(self._port_file, HOST)
+        self._daemon(port, binary).start()
+        return Started(self.url, started=(self.name,), notes=moved(given_up, self.url))
+
     def up(self) -> str:
-        self.daemon.start()
-        return self.url
+        """Start it (unless it runs) and return its URL."""
+        return self.start().where
 
     def down(self) -> bool:
         return self.daemon.stop()

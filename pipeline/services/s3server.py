@@ -29,7 +29,15 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.services.daemon import Daemon, ServiceError, kept_port
+from pipeline.services.daemon import (
+    Daemon,
+    ServiceError,
+    Started,
+    claim_port,
+    kept_port,
+    moved,
+    recorded_port,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +50,9 @@ REGION = "us-east-1"
 
 class LocalS3Server:
     """moto's S3 server on a free port of 127.0.0.1; its pid file, port and log under ``root``.
+
+    A restart serves on the port kept in ``root`` unless another program took it meanwhile: then on a new
+    one, which :meth:`start` reports (a server that cannot bind would only exit).
 
     ``durable``: its objects survive a stop and a start (see the module docstring), at the cost of a log of
     every request's body in ``root``.
@@ -68,6 +79,31 @@ class LocalS3Server:
 
     @property
     def daemon(self) -> Daemon:
+        """Its process, as ``status`` and ``down`` find it (they record no port: this reads the kept one)."""
+        return self._daemon(recorded_port(self._port_file) or 0)
+
+    def _daemon(self, port: int) -> Daemon:
+        if not self.durable:
+            argv = [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)]
+        else:
+            argv = [sys.executable, "-m", __name__, "--port", str(port), "--recording", str(self.recording)]
+        return Daemon(self.name, argv, run_dir=self.root, log_dir=self.root, ready=self.healthy)
+
+    def healthy(self) -> bool:
+        """Whether an S3 server answers here: a bucket listing (anonymous: moto does not check signatures).
+
+        Its XML, not only a 200: another program on the port (a stray ``http.server``) also answers 200.
+        """
+        try:
+            with urllib.request.urlopen(f"{self.endpoint_url}/", timeout=2) as response:
+                return response.status == 200 and b"<ListAllMyBucketsResult" in response.read(65536)
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def start(self) -> Started:
+        """Start it unless it runs, on its kept port or, when another program took that, a new one."""
+        if self.daemon.live_pid() is not None:
+            return Started(self.endpoint_url, started=(), already_running=(self.name,))
         try:
             import moto.server  # noqa: F401
         except ImportError as exc:
@@ -75,25 +111,14 @@ class LocalS3Server:
                 "the local S3 server is moto's server mode: install the cluster extra "
                 "(`make setup`, or `uv sync --extra cluster`)"
             ) from exc
-        if not self.durable:
-            argv = [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)]
-            return Daemon(self.name, argv, run_dir=self.root, log_dir=self.root, ready=self.healthy)
-        argv = [sys.executable, "-m", __name__, "--port", str(self.port), "--recording", str(self.recording)]
-        return Daemon(self.name, argv, run_dir=self.root, log_dir=self.root, ready=self.healthy)
-
-    def healthy(self) -> bool:
-        """Whether it answers S3 requests (a bucket listing, anonymous: moto does not check signatures)."""
-        try:
-            with urllib.request.urlopen(f"{self.endpoint_url}/", timeout=2) as response:
-                return bool(response.status == 200)
-        except (OSError, urllib.error.URLError):
-            return False
+        port, given_up = claim_port(self._port_file, HOST)
+        self._daemon(port).start()
+        log.info("S3 server (moto) at %s", self.endpoint_url)
+        return Started(self.endpoint_url, started=(self.name,), notes=moved(given_up, self.endpoint_url))
 
     def up(self) -> str:
         """Start it (unless it runs) and return its endpoint URL."""
-        self.daemon.start()
-        log.info("S3 server (moto) at %s", self.endpoint_url)
-        return self.endpoint_url
+        return self.start().where
 
     def down(self) -> bool:
         return self.daemon.stop()
