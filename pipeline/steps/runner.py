@@ -12,6 +12,7 @@ that the orchestrator retries the task (the retry redoes only what is not final)
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -326,6 +327,9 @@ def _run_ray(
 
     An actor that dies (its node lost) takes no more items; its item goes back to the queue for a live
     actor, or for a new one when none is left (Ray places it where the request fits, once a node can).
+    An actor whose creation raised (its step's setup, or building its clients) is no lost node: a new one
+    would fail the same way, so its item fails once, with the cause's type and first line, and no actor
+    replaces it; the items left when no actor is, fail with that cause too.
     """
     import ray
 
@@ -348,8 +352,15 @@ def _run_ray(
     queue = list(enumerate(items))
     idle = list(actors)
     actor_of: dict[int, Any] = {}
+    setup_failures: list[str] = []  # the detail of each actor whose creation raised
 
     def submit() -> None:
+        if queue and not idle and not pending and setup_failures:  # no actor could start: none will
+            while queue:
+                index, item = queue.pop(0)
+                results[index] = StepResult(
+                    StepStatus.FAILED, detail=setup_failures[-1], episode_id=item.episode_id
+                )
         if queue and not idle and not pending:  # every actor died: start one for what is left
             actor = new_actor()
             actors.append(actor)
@@ -377,7 +388,21 @@ def _run_ray(
             try:
                 result, node_id = ray.get(ref)
             except ray.exceptions.RayActorError as exc:
-                if attempts[index] < RAY_ITEM_ATTEMPTS:
+                if exc.actor_init_failed:
+                    detail = f"ray: the worker could not start: {creation_cause(exc)}"
+                    if not setup_failures:
+                        log.error(
+                            "%s: %s; its items fail without a retry (another worker would fail the same "
+                            "way; the full traceback is logged at DEBUG)",
+                            step.name,
+                            detail,
+                        )
+                        log.debug("%s: the Ray worker's creation failed: %s", step.name, exc)
+                    setup_failures.append(detail)
+                    results[index] = StepResult(
+                        StepStatus.FAILED, detail=detail, episode_id=items[index].episode_id
+                    )
+                elif attempts[index] < RAY_ITEM_ATTEMPTS:
                     log.warning(
                         "%s: the Ray worker holding %s died (%s); the item goes to another worker",
                         step.name,
@@ -408,3 +433,26 @@ def _run_ray(
         for actor in actors:
             ray.kill(actor)
     return [r for r in results if r is not None]
+
+
+#: The line of a Python traceback that names the exception: ``botocore.exceptions.NoCredentialsError:
+#: Unable to locate credentials`` (its module path optional, its message absent for a bare ``KeyError``).
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*(?P<name>[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning))(?:: (?P<message>.*))?$"
+)
+
+
+def creation_cause(exc: BaseException) -> str:
+    """``Type: first line`` of what an actor's creation task raised, from the error Ray gives its callers.
+
+    That error carries the creation task's formatted traceback as text only (Ray keeps no exception object
+    of it); the last line naming an exception is the one raised last, the cause of a chain.
+    """
+    lines = str(exc).splitlines()
+    for line in reversed(lines):
+        match = _EXCEPTION_LINE.match(line)
+        if match:
+            message = (match["message"] or "").strip()
+            return f"{match['name']}: {message}" if message else match["name"]
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return last or type(exc).__name__

@@ -127,3 +127,43 @@ def test_an_ad_hoc_url_written_wrong_is_said_as_such(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["ingest", "s3://", "--kind", "mcap"], env=env)
     assert result.exit_code == 2 and "names no bucket or host" in result.output, result.output
     assert not (tmp_path / "home").exists()  # refused before the catalog or the store was touched
+
+
+def test_the_ray_executor_with_no_head_at_the_address_fails_within_seconds(
+    tmp_path: Path, migrated_database_url: str
+) -> None:
+    """A head that is gone (killed, never started) is one clean error naming the address and what to do,
+    not ``ray.init`` retrying for 10+ minutes."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as sock:  # a local port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+    make_robot_drop(tmp_path / "drop", RobotDropConfig(episodes=1, seconds=1, width=64, height=48))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    env |= {
+        "SLUICE_HOME": str(tmp_path / "home"),
+        "SLUICE_DATABASE_URL": migrated_database_url,
+        "SLUICE_RAY_ADDRESS": address,
+    }
+    sluice = Path(sys.executable).with_name("sluice")
+    started = time.monotonic()
+    argv = [str(sluice), "ingest", str(tmp_path / "drop"), "--kind", "mcap", "--settle-s", "0"]
+    done = subprocess.run(
+        [*argv, "--executor", "ray"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    message = " ".join(done.stderr.split())
+    assert f"error: no Ray head answers at SLUICE_RAY_ADDRESS={address}" in message, message
+    assert "`sluice services up ray`" in message, message
+    assert elapsed < 120, elapsed  # the command's own start-up and discovery; the connect takes < 5 s
