@@ -190,13 +190,14 @@ def discover(
     client raises: no credentials, no connection, access refused) :class:`SourceUnreachableError`.
     """
     root = root.rstrip("/")
-    with _reaching(root):
+    local = isinstance(fs, LocalFileSystem)
+    shown = root if local else fs.unstrip_protocol(root)  # errors name s3://bucket/prefix, not bucket/prefix
+    with _reaching(shown):
         is_folder = fs.isdir(root)
     if not is_folder:
-        with _reaching(root):
+        with _reaching(shown):
             is_file = fs.isfile(root)
-        raise SourceMissingError(root, is_file=is_file)
-    local = isinstance(fs, LocalFileSystem)
+        raise SourceMissingError(shown, is_file=is_file)
     real_root = os.path.realpath(root) if local else root
     result = Discovery()
     first = _listing(fs, root)
@@ -306,7 +307,7 @@ def _walks(fs: fsspec.AbstractFileSystem) -> bool:
 
 
 def _listing(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, dict[str, Any]]:
-    with _reaching(root):
+    with _reaching(root if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(root)):
         found = _find_all(fs, root) if _walks(fs) else fs.find(root, withdirs=False, detail=True)
     listing: dict[str, dict[str, Any]] = {}
     for path, info in found.items():

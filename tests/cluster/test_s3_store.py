@@ -245,3 +245,13 @@ def test_an_ad_hoc_ingest_takes_an_s3_url_as_given(
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["discovered"] >= 1 and report["vendor"].startswith("adhoc_logs_"), report
+    missing = subprocess.run(
+        [sluice, "ingest", "s3://sluice-adhoc/nothing", "--kind", "mcap"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert missing.returncode == 2, missing.stderr
+    assert "source folder s3://sluice-adhoc/nothing does not exist" in missing.stderr, missing.stderr
