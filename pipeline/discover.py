@@ -30,7 +30,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.enums import PassOverReason
 from pipeline.errors import InfrastructureError, SluiceError
-from pipeline.store import client_errors
+from pipeline.store import client_errors, first_line
 
 log = logging.getLogger(__name__)
 
@@ -267,10 +267,7 @@ def _reaching(root: str) -> Iterator[None]:
     try:
         yield
     except client_errors() as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise SourceUnreachableError(
-            root, f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-        ) from exc
+        raise SourceUnreachableError(root, first_line(exc)) from exc
 
 
 def _raise_unless_vanished(exc: BaseException) -> None:

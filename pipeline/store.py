@@ -24,6 +24,7 @@ and keep a full re-read, checked against a CRC32C of the whole copy.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -57,13 +58,13 @@ MANIFESTS = "manifests"
 TMP = "tmp"
 
 
+@functools.cache
 def client_errors() -> tuple[type[BaseException], ...]:
     """What the storage clients raise when a store or source cannot be reached or read: OSError (refused
     connections, permission, timeouts; s3fs maps S3's access denied to PermissionError), and the clients'
     own roots for the rest (botocore's missing credentials and unreachable endpoints, aiohttp's HTTP
     errors). A TypeError from bad ``storage_options`` or a bug is none of these and stays what it is."""
-    errors: list[type[BaseException]] = [OSError]
-    errors += _unreachable_errors()
+    errors: list[type[BaseException]] = [OSError, *_unreachable_errors()]
     with contextlib.suppress(ImportError):
         from botocore.exceptions import ClientError
 
@@ -71,7 +72,8 @@ def client_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _unreachable_errors() -> list[type[BaseException]]:
+@functools.cache
+def _unreachable_errors() -> tuple[type[BaseException], ...]:
     """The client errors that say the storage service itself is out of reach (no credentials, an endpoint
     that does not answer), not that one object is: every other object would fail the same way."""
     errors: list[type[BaseException]] = []
@@ -83,7 +85,7 @@ def _unreachable_errors() -> list[type[BaseException]]:
         from aiohttp import ClientError as HttpClientError
 
         errors.append(HttpClientError)
-    return errors
+    return tuple(errors)
 
 
 def first_line(exc: BaseException) -> str:
@@ -326,7 +328,7 @@ class Store:
                     actual += len(block)
         except FileNotFoundError:
             return found("missing", "object not found in the store")
-        except tuple(_unreachable_errors()) as exc:
+        except _unreachable_errors() as exc:
             # the service is out of reach, not this object: every object would be "unreadable"
             raise StoreError(f"cannot reach {obj.uri} to re-hash it: {first_line(exc)}") from exc
         except unreadable as exc:

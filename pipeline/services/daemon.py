@@ -111,6 +111,24 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def start_on_kept_port(
+    name: str,
+    running: Daemon,
+    port_file: Path,
+    host: str,
+    launch: Callable[[int], Daemon],
+    where: Callable[[], str],
+) -> Started:
+    """Start a one-process service unless ``running`` (its daemon as ``status`` finds it) runs: ``launch``
+    gives its daemon on the kept port, or on a new one when another program took that (:func:`claim_port`);
+    ``where`` says where it serves once the port is settled."""
+    if running.live_pid() is not None:
+        return Started(where(), started=(), already_running=(name,))
+    port, given_up = claim_port(port_file, host)
+    launch(port).start()
+    return Started(where(), started=(name,), notes=moved(given_up, where()))
+
+
 @dataclass(frozen=True)
 class Started:
     """What bringing a service up did: where it serves, which of its processes it started now and which

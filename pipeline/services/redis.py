@@ -15,10 +15,9 @@ from pipeline.services.daemon import (
     Daemon,
     ServiceError,
     Started,
-    claim_port,
     kept_port,
-    moved,
     recorded_port,
+    start_on_kept_port,
 )
 
 HOST = "127.0.0.1"
@@ -61,17 +60,14 @@ class LocalRedis:
 
     def start(self) -> Started:
         """Start it unless it runs, on its kept port or, when another program took that, a new one."""
-        if self.daemon.live_pid() is not None:
-            return Started(self.url, started=(), already_running=(self.name,))
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise ServiceError(
-                f"redis-server is not installed: it is Debian's `{PACKAGE}` package (`apt-get install "
-                f"{PACKAGE}`, or `make system-tools` as root)"
-            )
-        port, given_up = claim_port(self._port_file, HOST)
-        self._daemon(port, binary).start()
-        return Started(self.url, started=(self.name,), notes=moved(given_up, self.url))
+        return start_on_kept_port(
+            self.name,
+            self.daemon,
+            self._port_file,
+            HOST,
+            lambda port: self._daemon(port, _binary()),
+            lambda: self.url,
+        )
 
     def up(self) -> str:
         """Start it (unless it runs) and return its URL."""
@@ -79,3 +75,14 @@ class LocalRedis:
 
     def down(self) -> bool:
         return self.daemon.stop()
+
+
+def _binary() -> str:
+    """Debian's ``redis-server`` on the PATH, or a :class:`ServiceError` saying how to install it."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise ServiceError(
+            f"redis-server is not installed: it is Debian's `{PACKAGE}` package (`apt-get install "
+            f"{PACKAGE}`, or `make system-tools` as root)"
+        )
+    return binary

@@ -98,11 +98,10 @@ def status(home: Path, names: list[str] | None = None) -> dict[str, Any]:
     for part in parts(home).values():
         if part.name not in wanted:
             continue
-        pids = {d.name: d.live_pid() for d in part.daemons()}
+        daemons = part.daemons()
+        pids = {d.name: d.live_pid() for d in daemons}
         out[part.name] = _summary(
-            pids,
-            part.where() if any(pids.values()) else None,
-            {d.name: str(d.log_file) for d in part.daemons()},
+            pids, part.where() if any(pids.values()) else None, {d.name: str(d.log_file) for d in daemons}
         )
     return {name: out[name] for name in LISTED if name in out}
 

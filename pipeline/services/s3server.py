@@ -33,10 +33,9 @@ from pipeline.services.daemon import (
     Daemon,
     ServiceError,
     Started,
-    claim_port,
     kept_port,
-    moved,
     recorded_port,
+    start_on_kept_port,
 )
 
 log = logging.getLogger(__name__)
@@ -102,19 +101,20 @@ class LocalS3Server:
 
     def start(self) -> Started:
         """Start it unless it runs, on its kept port or, when another program took that, a new one."""
-        if self.daemon.live_pid() is not None:
-            return Started(self.endpoint_url, started=(), already_running=(self.name,))
-        try:
-            import moto.server  # noqa: F401
-        except ImportError as exc:
-            raise ServiceError(
-                "the local S3 server is moto's server mode: install the cluster extra "
-                "(`make setup`, or `uv sync --extra cluster`)"
-            ) from exc
-        port, given_up = claim_port(self._port_file, HOST)
-        self._daemon(port).start()
-        log.info("S3 server (moto) at %s", self.endpoint_url)
-        return Started(self.endpoint_url, started=(self.name,), notes=moved(given_up, self.endpoint_url))
+        if self.daemon.live_pid() is None:
+            try:
+                import moto.server  # noqa: F401
+            except ImportError as exc:
+                raise ServiceError(
+                    "the local S3 server is moto's server mode: install the cluster extra "
+                    "(`make setup`, or `uv sync --extra cluster`)"
+                ) from exc
+        started = start_on_kept_port(
+            self.name, self.daemon, self._port_file, HOST, self._daemon, lambda: self.endpoint_url
+        )
+        if started.started:
+            log.info("S3 server (moto) at %s", self.endpoint_url)
+        return started
 
     def up(self) -> str:
         """Start it (unless it runs) and return its endpoint URL."""

@@ -352,14 +352,14 @@ def _run_ray(
     queue = list(enumerate(items))
     idle = list(actors)
     actor_of: dict[int, Any] = {}
-    setup_failures: list[str] = []  # the detail of each actor whose creation raised
+    setup_failure: str | None = None  # the detail of the last actor whose creation raised
 
     def submit() -> None:
-        if queue and not idle and not pending and setup_failures:  # no actor could start: none will
+        if queue and not idle and not pending and setup_failure:  # no actor could start: none will
             while queue:
                 index, item = queue.pop(0)
                 results[index] = StepResult(
-                    StepStatus.FAILED, detail=setup_failures[-1], episode_id=item.episode_id
+                    StepStatus.FAILED, detail=setup_failure, episode_id=item.episode_id
                 )
         if queue and not idle and not pending:  # every actor died: start one for what is left
             actor = new_actor()
@@ -390,7 +390,7 @@ def _run_ray(
             except ray.exceptions.RayActorError as exc:
                 if exc.actor_init_failed:
                     detail = f"ray: the worker could not start: {creation_cause(exc)}"
-                    if not setup_failures:
+                    if setup_failure is None:
                         log.error(
                             "%s: %s; its items fail without a retry (another worker would fail the same "
                             "way; the full traceback is logged at DEBUG)",
@@ -398,7 +398,7 @@ def _run_ray(
                             detail,
                         )
                         log.debug("%s: the Ray worker's creation failed: %s", step.name, exc)
-                    setup_failures.append(detail)
+                    setup_failure = detail
                     results[index] = StepResult(
                         StepStatus.FAILED, detail=detail, episode_id=items[index].episode_id
                     )

@@ -28,10 +28,16 @@ def s3_robot_vendor(tmp_path: Path, drop: RobotDropConfig) -> tuple[DropManifest
     local = tmp_path / "drop"
     manifest = make_robot_drop(local, drop)
     s3fs.S3FileSystem().put(str(local) + "/", "sluice-drops/acme/", recursive=True)
+    return manifest, robot_vendor_file(tmp_path, "s3://sluice-drops/acme", min_splits=2)
+
+
+def robot_vendor_file(tmp_path: Path, url: str, **planner: object) -> Path:
+    """The example robot vendor's file with its source at ``url`` (no settle time, no stagger, ``planner``
+    overrides), written as ``tmp_path/vendors/acme_robotics.yaml``."""
     data = yaml.safe_load((REPO / "dags" / "vendors" / "acme_robotics.yaml").read_text())
-    data["source"] |= {"url": "s3://sluice-drops/acme", "settle_s": 0}
-    data["planner"] |= {"batch_stagger_s": 0, "min_splits": 2}
+    data["source"] |= {"url": url, "settle_s": 0}
+    data["planner"] |= {"batch_stagger_s": 0, **planner}
     vendor_file = tmp_path / "vendors" / "acme_robotics.yaml"
     vendor_file.parent.mkdir()
     vendor_file.write_text(yaml.safe_dump(data, sort_keys=False))
-    return manifest, vendor_file
+    return vendor_file

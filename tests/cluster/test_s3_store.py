@@ -14,15 +14,14 @@ from pathlib import Path
 
 import pytest
 import s3fs
-import yaml
-from cluster_helpers import s3_robot_vendor
+from cluster_helpers import robot_vendor_file, s3_robot_vendor
 
 from pipeline.config import load_vendor
 from pipeline.enums import FileState, StepName
 from pipeline.orchestrate import discover, plan, run_batch_step, start_run, validate_conf
 from pipeline.orchestrate.run import warehouse_sync
 from pipeline.services.s3server import LocalS3Server, make_buckets
-from pipeline.settings import load_settings
+from pipeline.settings import Settings, load_settings
 from pipeline.steps.runner import build_context
 from pipeline.synth import RobotDropConfig
 
@@ -52,13 +51,7 @@ def test_a_drop_on_s3_lands_in_an_s3_store_and_its_manifest_reads_back(
     fs = s3fs.S3FileSystem()
     raw_before = {f.path: f.sha256 for f in manifest.files}
     vendor = load_vendor(vendor_file)
-    settings = load_settings(
-        home=tmp_path / "home",
-        database_url=migrated_database_url,
-        store_url="s3://sluice-store",
-        vendors_dir=tmp_path / "vendors",
-        project_dir=tmp_path,
-    )
+    settings = _settings(tmp_path, migrated_database_url, "s3://sluice-store")
     ctx = build_context(settings)
     try:
         run_id = start_run(
@@ -134,6 +127,17 @@ def test_a_drop_on_s3_lands_in_an_s3_store_and_its_manifest_reads_back(
     )
 
 
+def _settings(tmp_path: Path, database_url: str, store_url: str) -> Settings:
+    """This test's settings: a home and vendors folder under ``tmp_path``, the store at ``store_url``."""
+    return load_settings(
+        home=tmp_path / "home",
+        database_url=database_url,
+        store_url=store_url,
+        vendors_dir=tmp_path / "vendors",
+        project_dir=tmp_path,
+    )
+
+
 def _file_states(engine: object) -> dict[str, tuple[str, list[str]]]:
     import sqlalchemy as sa
 
@@ -173,19 +177,8 @@ def test_a_store_out_of_reach_is_one_clean_error_for_scrub_and_a_note_in_the_rep
             [str(sluice), *args], env=env, capture_output=True, text=True, timeout=300, check=False
         )
 
-    vendor_data = yaml.safe_load((REPO / "dags" / "vendors" / "acme_robotics.yaml").read_text())
-    vendor_data["source"] |= {"url": str(tmp_path / "drop"), "settle_s": 0}
-    vendor_file = tmp_path / "vendors" / "acme_robotics.yaml"
-    vendor_file.parent.mkdir()
-    vendor_file.write_text(yaml.safe_dump(vendor_data, sort_keys=False))
-    vendor = load_vendor(vendor_file)
-    settings = load_settings(
-        home=tmp_path / "home",
-        database_url=migrated_database_url,
-        store_url="s3://sluice-store-reach",
-        vendors_dir=tmp_path / "vendors",
-        project_dir=tmp_path,
-    )
+    vendor = load_vendor(robot_vendor_file(tmp_path, str(tmp_path / "drop")))
+    settings = _settings(tmp_path, migrated_database_url, "s3://sluice-store-reach")
     ctx = build_context(settings)
     try:  # a recorded run whose inputs are in the S3 store, as a DAG's tasks make it
         run_id = start_run(
